@@ -1,0 +1,40 @@
+# `make repro` runs the default comparison; `make test` runs the tests. Both create .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# DVC must never phone home (also set in .dvc/config for users who call dvc directly).
+export DVC_NO_ANALYTICS := 1
+export DVC_STUDIO_OFFLINE := true
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: install repro test lint bench clean
+
+install: $(STAMP)
+
+# torch==2.13.0 first: it is the CPU wheel on disk; letting pip resolve "torch" from the
+# package's range could fetch a multi-GB CUDA build instead.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+repro: $(STAMP)
+	$(BIN)/dvc repro
+	@cat reports/summary.md
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_step.py
+
+clean:
+	rm -rf $(VENV) data .dvc/tmp .dvc/cache

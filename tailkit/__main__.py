@@ -1,0 +1,3 @@
+from tailkit.cli import main
+
+main()

@@ -1,0 +1,187 @@
+"""The ``tailkit`` command line: one thin command per DVC stage, plus ``plugins`` and ``list``.
+
+Each stage command loads the params, builds the registry and calls the stage's ``run``; user
+mistakes (a :class:`~tailkit.errors.TailkitError`) print one ``Error:`` line and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tailkit.errors import TailkitError
+from tailkit.params import Params, load_params
+from tailkit.paths import Layout
+from tailkit.registry import KINDS, Registry, get_registry
+
+params_option = click.option(
+    "--params",
+    "params_path",
+    default="params.yaml",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Params file.",
+)
+quiet_option = click.option("--quiet", is_flag=True, help="No progress bar or summary line.")
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except TailkitError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def _context(params_path: Path) -> tuple[Params, Layout, Registry]:
+    params = load_params(params_path)
+    return params, Layout(params_path.parent), get_registry()
+
+
+def _say(quiet: bool, message: str) -> None:
+    if not quiet:
+        click.echo(message, err=True)
+
+
+@click.group()
+@click.version_option(package_name="tailkit")
+def cli() -> None:
+    """Long-tail and extreme classification pipeline (run the stages with `dvc repro`)."""
+
+
+@cli.command()
+@params_option
+@quiet_option
+def download(params_path: Path, quiet: bool) -> None:
+    """Fetch the dataset's raw files into data/raw/ (verified)."""
+    from tailkit.stages import download as stage
+
+    path = _guard(lambda: stage.run(*_context(params_path)))
+    _say(quiet, f"download: {path}")
+
+
+@cli.command()
+@params_option
+@quiet_option
+def subsample(params_path: Path, quiet: bool) -> None:
+    """Split into train/val/test and apply the long-tail profile."""
+    from tailkit.stages import subsample as stage
+
+    meta = _guard(lambda: stage.run(*_context(params_path)))
+    sizes = " / ".join(f"{sum(meta[f'{s}_counts']):,} {s}" for s in stage.SPLITS)
+    _say(quiet, f"subsample: {sizes} rows, {meta['num_classes']:,} classes")
+
+
+@cli.command()
+@params_option
+@quiet_option
+def featurize(params_path: Path, quiet: bool) -> None:
+    """Fit the featurizer and write the Parquet feature cache."""
+    from tailkit.stages import featurize as stage
+
+    meta = _guard(lambda: stage.run(*_context(params_path)))
+    _say(quiet, f"featurize: {meta['featurize']['name']} -> {meta['dim']} dimensions")
+
+
+@cli.command("fit-sampler")
+@params_option
+@quiet_option
+def fit_sampler(params_path: Path, quiet: bool) -> None:
+    """Fit every sampler named in params.samplers."""
+    from tailkit.stages import fit_sampler as stage
+
+    report = _guard(lambda: stage.run(*_context(params_path)))
+    fitted = ", ".join(f"{k} ({v['fit_seconds']:.2f} s)" for k, v in report.items())
+    _say(quiet, f"fit-sampler: {fitted or 'no samplers'}")
+
+
+def _progress_bar(quiet: bool, name: str):
+    if quiet or not sys.stderr.isatty():
+        return None, None
+    from tqdm import tqdm
+
+    bar = tqdm(desc=f"train {name}", unit="step", file=sys.stderr)
+
+    def update(step: int, total: int) -> None:
+        bar.total = total
+        bar.n = step
+        bar.refresh()
+
+    return bar, update
+
+
+@cli.command()
+@params_option
+@click.option("--experiment", required=True, help="Key of params.experiments to train.")
+@quiet_option
+def train(params_path: Path, experiment: str, quiet: bool) -> None:
+    """Train one experiment."""
+    from tailkit.stages import train as stage
+
+    bar, update = _progress_bar(quiet, experiment)
+    try:
+        summary = _guard(lambda: stage.run(*_context(params_path), experiment, progress=update))
+    finally:
+        if bar is not None:
+            bar.close()
+    _say(
+        quiet,
+        f"train@{experiment}: {summary['steps']} steps in {summary['seconds']:.1f} s "
+        f"({summary['examples_per_second']:,} examples/s on {summary['device']})",
+    )
+
+
+@cli.command()
+@params_option
+@click.option("--experiment", required=True, help="Key of params.experiments to evaluate.")
+@quiet_option
+def evaluate(params_path: Path, experiment: str, quiet: bool) -> None:
+    """Evaluate one trained experiment on the test split."""
+    from tailkit.stages import evaluate as stage
+
+    m = _guard(lambda: stage.run(*_context(params_path), experiment))["test"]
+    _say(
+        quiet,
+        f"evaluate@{experiment}: accuracy {m['accuracy']:.4f}, "
+        f"balanced {m['balanced_accuracy']:.4f}",
+    )
+
+
+@cli.command()
+@params_option
+@quiet_option
+def report(params_path: Path, quiet: bool) -> None:
+    """Write reports/summary.md from every experiment's metrics."""
+    from tailkit.stages import report as stage
+
+    _guard(lambda: stage.run(load_params(params_path), Layout(params_path.parent)))
+    _say(quiet, f"report: {Layout(params_path.parent).report}")
+
+
+@cli.command()
+def plugins() -> None:
+    """Print the installed plugins as JSON: distribution, version, registered names."""
+    registry = _guard(get_registry)
+    click.echo(json.dumps(registry.report(), indent=2))
+
+
+@cli.command("list")
+@click.argument("kind", type=click.Choice(KINDS))
+def list_components(kind: str) -> None:
+    """List the registered components of KIND with a one-line description each."""
+    registry = _guard(get_registry)
+    components = registry.components(kind)
+    width = max((len(c.name) for c in components), default=0)
+    for c in components:
+        click.echo(f"{c.name:<{width}}  {c.description}  [{c.plugin}]")
+
+
+def main() -> None:
+    registry = _guard(get_registry)
+    registry.pm.hook.register_commands(cli=cli)
+    cli()

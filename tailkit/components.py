@@ -1,0 +1,178 @@
+"""The protocols a plugin's components implement, and the records the core hands them.
+
+A plugin registers *factories* (usually classes). Their keyword arguments are the component's
+options in ``params.yaml``; their type annotations and a ``constraints`` mapping (see
+:mod:`tailkit.validation`) are how bad values are rejected before anything runs.
+
+Shapes used below: ``B`` batch size, ``C`` number of labels, ``D`` input feature dimension,
+``d`` embedding dimension, ``m`` negatives per draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+Modality = Literal["dense"]
+
+
+@dataclass
+class RawData:
+    """What a dataset's ``load`` returns: every row of the raw data, before any split.
+
+    ``inputs`` is an (N, D) float32 array for the ``dense`` modality. ``labels`` holds one
+    int64 label id per row in ``[0, len(label_names))``.
+    """
+
+    inputs: np.ndarray
+    labels: np.ndarray
+    label_names: list[str]
+    modality: Modality = "dense"
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+
+@runtime_checkable
+class Dataset(Protocol):
+    """A source of labelled rows.
+
+    ``fetch(dest)`` materialises the raw data under the empty directory ``dest``: a verified
+    download, a copy out of an installed package, or a generation from a seed. It must verify
+    what it fetched (checksum) and may leave files only under ``dest``. ``load(raw_dir)``
+    decodes what ``fetch`` wrote.
+    """
+
+    def fetch(self, dest: Path) -> None: ...
+
+    def load(self, raw_dir: Path) -> RawData: ...
+
+
+@runtime_checkable
+class Featurizer(Protocol):
+    """Maps raw inputs to float32 features; fitted on the training split only."""
+
+    def fit(self, inputs: np.ndarray) -> Featurizer: ...
+
+    def transform(self, inputs: np.ndarray) -> np.ndarray: ...
+
+
+class Sampler:
+    """A proposal distribution q over labels for negative sampling.
+
+    ``shared = True``: ``sample`` returns one set of ``m`` ids for the whole batch (shape
+    ``(m,)``), which turns the sampled logits into one GEMM. Otherwise it returns ``(B, m)``.
+    ``conditional = True`` means q depends on the input (q(y|x)), as the Bamler–Mandt tree does.
+
+    ``log_q`` returned by ``sample`` is the log-probability of each drawn id under one draw of
+    the proposal (so ``m`` i.i.d. draws have expected count ``m * exp(log_q)``), unless the
+    sampler documents otherwise (in-batch: the probability that a batch row has that label).
+    """
+
+    shared: ClassVar[bool] = True
+    conditional: ClassVar[bool] = False
+
+    def fit(self, features: torch.Tensor | None, labels: torch.Tensor, num_classes: int) -> None:
+        """Fit on the training split. ``labels`` is (N,) int64; features (N, D) or None."""
+
+    def sample(
+        self, x: torch.Tensor, y: torch.Tensor, m: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw negatives for a batch: ids (int64) and their log q, shapes (m,) or (B, m)."""
+        raise NotImplementedError
+
+    def log_prob(self, x: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor:
+        """log q of given labels. ``labels`` (k,) gives (k,) [or (B, k) when conditional];
+        ``labels`` (B, k) gives (B, k)."""
+        raise NotImplementedError
+
+    def to(self, device: torch.device) -> Sampler:
+        """Move fitted tables to ``device`` (training runs there); returns self."""
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything ``fit`` learned, as tensors and plain values (saved by fit-sampler)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+@dataclass
+class LossInput:
+    """What the core hands a loss each step.
+
+    Full mode fills ``logits`` (B, C). Sampled mode fills ``pos_logits`` (B,), ``neg_logits``
+    (B, m), ``neg_log_q`` (B, m) or (m,) broadcastable, ``pos_log_q`` (B,) and ``hits`` (B, m)
+    bool, True where a negative equals the row's own label (an accidental hit the loss must
+    mask). ``log_prior`` is log π (C,) from the training counts; ``num_negatives`` is m.
+    ``sampler_conditional`` says whether ``*_log_q`` depend on the input.
+    """
+
+    labels: torch.Tensor
+    logits: torch.Tensor | None = None
+    pos_logits: torch.Tensor | None = None
+    neg_logits: torch.Tensor | None = None
+    pos_log_q: torch.Tensor | None = None
+    neg_log_q: torch.Tensor | None = None
+    hits: torch.Tensor | None = None
+    neg_ids: torch.Tensor | None = None
+    num_negatives: int = 0
+    sampler_conditional: bool = False
+    log_prior: torch.Tensor | None = None
+    embeddings: torch.Tensor | None = None
+    epoch: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PredictionContext:
+    """What a loss may use to adjust scores at prediction time."""
+
+    log_prior: torch.Tensor
+    sampler: Sampler | None = None
+
+
+class Loss(torch.nn.Module):
+    """A training objective over the output layer's logits.
+
+    ``mode = "full"`` losses receive all C logits; ``"sampled"`` losses receive the positive
+    and sampled negative logits and need a sampler. A loss never touches the weight matrix.
+    """
+
+    mode: ClassVar[Literal["full", "sampled"]] = "full"
+
+    def forward(self, batch: LossInput) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def adjust_scores(
+        self,
+        scores: torch.Tensor,
+        x: torch.Tensor,
+        label_ids: torch.Tensor,
+        ctx: PredictionContext,
+    ) -> torch.Tensor:
+        """Prediction-time correction of scores (B, k) for the labels ``label_ids`` (k,).
+
+        The default is none. Bamler–Mandt negative sampling adds log p_n(y|x); post-hoc logit
+        adjustment subtracts τ log π. Evaluation applies it chunk by chunk.
+        """
+        return scores
+
+    @property
+    def adjusts_scores(self) -> bool:
+        return type(self).adjust_scores is not Loss.adjust_scores
+
+
+class Encoder(torch.nn.Module):
+    """Φ: maps input features (B, D) to embeddings (B, d); ``out_dim`` is d.
+
+    The output layer (C × d, row-sparse) belongs to the core, not to the model.
+    """
+
+    out_dim: int

@@ -1,0 +1,36 @@
+"""User-facing errors: each renders as one line naming the file, param or plugin at fault.
+
+The CLI catches :class:`TailkitError` and prints ``Error: <message>`` with exit code 2, no
+traceback. Anything else escaping a stage is a bug in tailkit and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TailkitError(Exception):
+    """Base class of the errors a user can fix by changing input, params or installed plugins."""
+
+    exit_code = 2
+
+
+class InvalidParameterError(TailkitError, ValueError, TypeError):
+    """A params value of the wrong type, out of range, or an unknown key."""
+
+
+class UnknownComponentError(TailkitError, KeyError):
+    """A name in params that no installed plugin registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class PluginError(TailkitError):
+    """A plugin failed to load, or two plugins registered the same name."""
+
+
+class DataValidationError(TailkitError, ValueError):
+    """Input data that is malformed, or that a stage cannot use (e.g. a class vanished)."""
+
+
+class TrainingDivergedError(TailkitError, FloatingPointError):
+    """The training loss became NaN or infinite."""

@@ -1,0 +1,1 @@
+"""Prediction over many labels in chunks, and the metrics computed from it."""

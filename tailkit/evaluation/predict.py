@@ -1,0 +1,94 @@
+"""Chunked prediction: top-k, the true label's score and the log-partition, never an N × C matrix.
+
+Rows are scored in query blocks and labels in chunks; per block a running top-k and a running
+log-sum-exp are merged chunk by chunk, so memory is O(block × (chunk + k)) whatever C is. The
+loss's prediction-time adjustment (Bamler–Mandt's + log p_n(y|x), post-hoc logit adjustment)
+is applied to each chunk; when the loss has one, the unadjusted scores are reported too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tailkit.components import Encoder, Loss, PredictionContext
+from tailkit.training.output_layer import OutputLayer
+
+
+@dataclass
+class Predictions:
+    """Per row: top-k label ids (N, k) by descending score, and log p(true label) (N,)."""
+
+    topk: torch.Tensor
+    log_likelihood: torch.Tensor
+
+
+class _Accumulator:
+    def __init__(self, rows: int, k: int, device: torch.device) -> None:
+        self.top_scores = torch.full((rows, k), float("-inf"), device=device)
+        self.top_ids = torch.zeros((rows, k), dtype=torch.long, device=device)
+        self.lse = torch.full((rows,), float("-inf"), device=device)
+        self.true_score = torch.full((rows,), float("-inf"), device=device)
+
+    def add(self, scores: torch.Tensor, start: int, labels: torch.Tensor) -> None:
+        k = self.top_scores.shape[1]
+        chunk_top, chunk_ids = scores.topk(min(k, scores.shape[1]), dim=1)
+        merged = torch.cat([self.top_scores, chunk_top], dim=1)
+        merged_ids = torch.cat([self.top_ids, chunk_ids + start], dim=1)
+        self.top_scores, pick = merged.topk(k, dim=1)
+        self.top_ids = merged_ids.gather(1, pick)
+        self.lse = torch.logaddexp(self.lse, torch.logsumexp(scores, dim=1))
+        local = labels - start
+        inside = (local >= 0) & (local < scores.shape[1])
+        if inside.any():
+            rows = inside.nonzero().squeeze(1)
+            self.true_score[rows] = scores[rows, local[rows]]
+
+    def result(self) -> Predictions:
+        return Predictions(self.top_ids, self.true_score - self.lse)
+
+
+@torch.no_grad()
+def predict(
+    encoder: Encoder,
+    layer: OutputLayer,
+    loss: Loss,
+    ctx: PredictionContext,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    k: int = 5,
+    batch_size: int = 2048,
+    label_chunk: int = 65536,
+) -> tuple[Predictions, Predictions | None]:
+    """Adjusted predictions, and unadjusted ones when the loss adjusts scores (else None)."""
+    device = layer.weight.device
+    n, num_classes = x.shape[0], layer.num_classes
+    k = min(k, num_classes)
+    adjusted = _Accumulator(n, k, device)
+    raw = _Accumulator(n, k, device) if loss.adjusts_scores else None
+    encoder.eval()
+    for lo in range(0, n, batch_size):
+        xb = x[lo : lo + batch_size].to(device, non_blocking=True)
+        yb = labels[lo : lo + batch_size].to(device)
+        z = encoder(xb)
+        block = slice(lo, lo + xb.shape[0])
+        acc_adj = _Accumulator(xb.shape[0], k, device)
+        acc_raw = _Accumulator(xb.shape[0], k, device) if raw is not None else None
+        for start in range(0, num_classes, label_chunk):
+            stop = min(start + label_chunk, num_classes)
+            scores = layer.scores(z, start, stop)
+            if acc_raw is not None:
+                acc_raw.add(scores, start, yb)
+                ids = torch.arange(start, stop, device=device)
+                scores = loss.adjust_scores(scores, xb, ids, ctx)
+            acc_adj.add(scores, start, yb)
+        for total, part in ((adjusted, acc_adj), (raw, acc_raw)):
+            if total is not None and part is not None:
+                total.top_ids[block] = part.top_ids
+                total.top_scores[block] = part.top_scores
+                total.lse[block] = part.lse
+                total.true_score[block] = part.true_score
+    encoder.train()
+    return adjusted.result(), raw.result() if raw is not None else None

@@ -1,0 +1,254 @@
+"""Typed, closed params: ``params.yaml`` is read once, here, and every value is checked.
+
+Stages never open ``params.yaml`` themselves. Unknown keys, wrong types and out-of-range
+values raise :class:`~tailkit.errors.InvalidParameterError` naming the file, the key, the value
+and what is allowed. Component sections (dataset, featurize, samplers.*, experiments.*.loss,
+...) are ``{name: ..., **options}`` mappings validated against the named plugin's signature
+when the stage builds them, via :meth:`tailkit.registry.Registry.build`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+
+from tailkit.errors import InvalidParameterError
+from tailkit.validation import Interval, Options, validate_options
+
+NO_SAMPLER = "none"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class BaseParams:
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    constraints: ClassVar = {"seed": Interval(0, None)}
+
+
+@dataclass(frozen=True)
+class SubsampleParams:
+    profile: Literal["natural", "exp", "step"] = "natural"
+    imbalance_ratio: float = 100.0
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    balanced_test: bool = False
+    test_per_class: int = 10
+    min_class_count: int = 1
+    seed: int = 0
+
+    constraints: ClassVar = {
+        "imbalance_ratio": Interval(1, None),
+        "val_fraction": Interval(0, 0.5, closed="left"),
+        "test_fraction": Interval(0, 0.5, closed="left"),
+        "test_per_class": Interval(1, None),
+        "min_class_count": Interval(1, None),
+        "seed": Interval(0, None),
+    }
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """Defaults shared by every experiment; an experiment may override the starred ones."""
+
+    epochs: float = 1.0  # *
+    batch_size: int = 512  # *
+    eval_every: int = 100
+    val_rows: int = 5000
+    checkpoint_every: int = 500
+    max_steps: int | None = None  # *
+
+    constraints: ClassVar = {
+        "epochs": Interval(0, None, closed="neither"),
+        "batch_size": Interval(1, None),
+        "eval_every": Interval(1, None),
+        "val_rows": Interval(1, None),
+        "checkpoint_every": Interval(1, None),
+        "max_steps": Interval(1, None),
+    }
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    batch_size: int = 2048
+    label_chunk: int = 65536
+    top_k: int = 5
+
+    constraints: ClassVar = {
+        "batch_size": Interval(1, None),
+        "label_chunk": Interval(1, None),
+        "top_k": Interval(1, None),
+    }
+
+
+@dataclass(frozen=True)
+class ExperimentParams:
+    """One row of the comparison: a loss, a sampler, an optimiser, and overrides."""
+
+    loss: dict[str, Any]
+    optimizer: dict[str, Any]
+    # Required, even when "none": dvc.yaml makes train@<experiment> depend on its directory.
+    sampler: str
+    model: dict[str, Any] = field(default_factory=lambda: {"name": "linear"})
+    negatives: int = 0
+    epochs: float | None = None
+    batch_size: int | None = None
+    max_steps: int | None = None
+
+    constraints: ClassVar = {
+        "negatives": Interval(0, None),
+        "epochs": Interval(0, None, closed="neither"),
+        "batch_size": Interval(1, None),
+        "max_steps": Interval(1, None),
+    }
+
+
+@dataclass(frozen=True)
+class Params:
+    base: BaseParams
+    dataset: dict[str, Any]
+    subsample: SubsampleParams
+    featurize: dict[str, Any]
+    samplers: dict[str, dict[str, Any]]
+    train: TrainParams
+    evaluate: EvaluateParams
+    experiments: dict[str, ExperimentParams]
+    source: str = "params.yaml"
+
+    def experiment(self, name: str) -> ExperimentParams:
+        if name not in self.experiments:
+            raise InvalidParameterError(
+                f"{self.source}: experiments: no experiment {name!r}; defined: "
+                + ", ".join(self.experiments)
+            )
+        return self.experiments[name]
+
+    def resolved(self, name: str) -> dict[str, Any]:
+        """An experiment's settings with the train defaults filled in."""
+        exp = self.experiment(name)
+        out = dataclasses.asdict(exp)
+        for key in ("epochs", "batch_size", "max_steps"):
+            if out[key] is None:
+                out[key] = getattr(self.train, key)
+        return out
+
+
+_SECTIONS = {
+    "base": BaseParams,
+    "dataset": None,
+    "subsample": SubsampleParams,
+    "featurize": None,
+    "samplers": None,
+    "train": TrainParams,
+    "evaluate": EvaluateParams,
+    "experiments": None,
+}
+
+
+def _component(source: str, key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, Mapping) or not isinstance(value.get("name"), str):
+        raise InvalidParameterError(
+            f"{source}: {key}: got {value!r}; expected a mapping with a 'name' key"
+        )
+    return dict(value)
+
+
+def _check_name(source: str, key: str, name: Any) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidParameterError(
+            f"{source}: {key}: name {name!r} must start with a letter or digit and contain "
+            "only letters, digits, '_', '-' and '.' (it becomes a DVC stage and file name)"
+        )
+
+
+def parse_params(raw: Any, source: str = "params.yaml") -> Params:
+    """Validate a loaded params mapping; ``source`` prefixes every error message."""
+    if not isinstance(raw, Mapping):
+        raise InvalidParameterError(f"{source}: expected a mapping at the top level")
+    unknown = sorted(set(raw) - set(_SECTIONS))
+    if unknown:
+        raise InvalidParameterError(
+            f"{source}: unknown key {unknown[0]!r}; allowed keys are " + ", ".join(_SECTIONS)
+        )
+
+    def section(name: str, cls: type) -> Any:
+        values = raw.get(name) or {}
+        return cls(**validate_options(f"{source}: {name}", cls, values))
+
+    samplers_raw = raw.get("samplers") or {}
+    if not isinstance(samplers_raw, Mapping):
+        raise InvalidParameterError(f"{source}: samplers: expected a mapping of named samplers")
+    samplers = {}
+    for key, spec in samplers_raw.items():
+        _check_name(source, f"samplers.{key}", key)
+        if key == NO_SAMPLER:
+            raise InvalidParameterError(
+                f"{source}: samplers.{NO_SAMPLER}: the name {NO_SAMPLER!r} is reserved for "
+                "experiments without negatives"
+            )
+        samplers[key] = _component(source, f"samplers.{key}", spec)
+
+    experiments_raw = raw.get("experiments")
+    if not isinstance(experiments_raw, Mapping) or not experiments_raw:
+        raise InvalidParameterError(f"{source}: experiments: expected a non-empty mapping")
+    experiments = {}
+    for key, spec in experiments_raw.items():
+        _check_name(source, f"experiments.{key}", key)
+        where = f"{source}: experiments.{key}"
+        exp = ExperimentParams(**validate_options(where, ExperimentParams, spec or {}))
+        for comp in ("loss", "optimizer", "model"):
+            _component(source, f"experiments.{key}.{comp}", getattr(exp, comp))
+        allowed = [NO_SAMPLER, *samplers]
+        if exp.sampler not in allowed:
+            raise InvalidParameterError(
+                f"{where}.sampler: got {exp.sampler!r}; expected one of the keys of samplers: "
+                + ", ".join(allowed)
+            )
+        if exp.sampler != NO_SAMPLER and exp.negatives < 1 and samplers[exp.sampler].get(
+            "name"
+        ) not in ("in-batch",):
+            raise InvalidParameterError(
+                f"{where}.negatives: got {exp.negatives}; a sampled experiment needs >= 1"
+            )
+        experiments[key] = exp
+
+    return Params(
+        base=section("base", BaseParams),
+        dataset=_component(source, "dataset", raw.get("dataset", "geonames")),
+        subsample=section("subsample", SubsampleParams),
+        featurize=_component(source, "featurize", raw.get("featurize", "identity")),
+        samplers=samplers,
+        train=section("train", TrainParams),
+        evaluate=section("evaluate", EvaluateParams),
+        experiments=experiments,
+        source=source,
+    )
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise InvalidParameterError(f"{path}: params file not found") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InvalidParameterError(f"{where}: invalid YAML: {problem}") from exc
+    return parse_params(raw, str(path))
+
+
+__all__ = ["NO_SAMPLER", "Interval", "Options", "Params", "load_params", "parse_params"]

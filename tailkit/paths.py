@@ -1,0 +1,53 @@
+"""Where each stage reads and writes, relative to the project root (the DVC repo).
+
+One place for the layout of design.md, so stages, tests and dvc.yaml agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path = Path()
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "data" / "raw"
+
+    @property
+    def split(self) -> Path:
+        return self.root / "data" / "split"
+
+    @property
+    def features(self) -> Path:
+        return self.root / "data" / "features"
+
+    @property
+    def samplers(self) -> Path:
+        return self.root / "data" / "sampler"
+
+    def sampler(self, key: str) -> Path:
+        return self.samplers / key
+
+    def model(self, experiment: str) -> Path:
+        return self.root / "data" / "models" / experiment
+
+    def checkpoint(self, experiment: str) -> Path:
+        return self.root / "data" / "checkpoints" / experiment
+
+    def metrics(self, experiment: str) -> Path:
+        return self.root / "metrics" / f"{experiment}.json"
+
+    @property
+    def sampler_metrics(self) -> Path:
+        return self.root / "metrics" / "sampler.json"
+
+    def curve(self, experiment: str) -> Path:
+        return self.root / "plots" / "train" / f"{experiment}.tsv"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "reports" / "summary.md"

@@ -1,0 +1,1 @@
+"""Built-in components, registered through the ``tailkit`` entry points like any plugin."""

@@ -1,0 +1,14 @@
+"""Built-in losses."""
+
+from tailkit.hookspecs import hookimpl
+
+
+@hookimpl
+def register_losses(register):
+    from tailkit.plugins.losses.negative_sampling import NegativeSampling
+    from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
+    from tailkit.plugins.losses.softmax import SoftmaxCE
+
+    register("softmax", SoftmaxCE)
+    register("sampled-softmax", SampledSoftmax)
+    register("negative-sampling", NegativeSampling)

@@ -1,0 +1,106 @@
+"""Sampled softmax with optional log-Q (importance) correction."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+from tailkit.components import Loss, LossInput, PredictionContext
+
+
+class SampledSoftmax(Loss):
+    """Sampled softmax cross-entropy over the positive and m sampled negatives.
+
+    Per example, with positive logit f_y, negatives j = 1..m drawn from q (``neg_log_q`` is
+    log q_j for one draw) and accidental hits (a negative equal to y) removed::
+
+        ℓ = log(1 + Σ_{j not a hit} w_j · exp(f_j − f_y))
+          = logsumexp([f_y, f_j + log w_j ...]) − f_y
+
+    ``weighting``:
+
+    - ``"importance"``: w_j = 1 / (m q_j), i.e. negative logits become f_j − log(m q_j) (the
+      log-Q correction). (1/m) Σ_j exp(f_j)/q_j is an unbiased estimate of the partition sum, so
+      the loss tends to the full softmax CE as m grows (Rawat et al. 2021).
+    - ``"constant"``: w_j = 1, no correction. Its implicit loss is a softmax over logits shifted
+      by log(m q_j); with non-uniform q the learned scores are biased by −log q, which
+      ``correct_at_prediction`` can undo.
+
+    ``positive_correction=True`` also subtracts log(m q_y) from the positive logit (``pos_log_q``),
+    as TensorFlow's ``sampled_softmax_loss`` with ``subtract_log_q`` does; it is applied whatever
+    the weighting. Hits get exactly zero weight (the logit is set to −inf, not nudged by a small
+    constant). log q is treated as a constant: no gradient flows into it.
+
+    ``reduction="mean"`` divides the sum over the batch by B; ``"sum"`` does not.
+
+    ``correct_at_prediction=True`` makes :meth:`adjust_scores` add log q(y|x) from the sampler
+    to the scores at prediction time (the Bayes-optimal correction for ``"constant"``).
+    """
+
+    mode = "sampled"
+
+    def __init__(
+        self,
+        *,
+        weighting: Literal["importance", "constant"] = "importance",
+        positive_correction: bool = False,
+        correct_at_prediction: bool = False,
+        reduction: Literal["mean", "sum"] = "mean",
+    ) -> None:
+        super().__init__()
+        self.weighting = weighting
+        self.positive_correction = positive_correction
+        self.correct_at_prediction = correct_at_prediction
+        self.reduction = reduction
+
+    def adjusted_logits(self, batch: LossInput) -> torch.Tensor:
+        """The (B, 1 + m) logits the softmax runs over: column 0 is the positive, hits are −inf."""
+        pos, neg = batch.pos_logits, batch.neg_logits
+        if pos is None or neg is None:
+            raise ValueError(
+                "SampledSoftmax needs batch.pos_logits (B,) and batch.neg_logits (B, m)"
+            )
+        log_m = math.log(neg.shape[1])
+        if self.weighting == "importance":
+            if batch.neg_log_q is None:
+                raise ValueError('weighting="importance" needs batch.neg_log_q')
+            # The sampler's q is a fixed proposal; as in TF, no gradient goes through it.
+            neg = neg - (batch.neg_log_q.detach().to(neg) + log_m)
+        if self.positive_correction:
+            if batch.pos_log_q is None:
+                raise ValueError("positive_correction=True needs batch.pos_log_q")
+            pos = pos - (batch.pos_log_q.detach().to(pos) + log_m)
+        if batch.hits is not None:
+            # −inf gives exp(·) == 0 exactly in every dtype and a zero gradient through
+            # masked_fill; a tiny additive constant is a no-op in float32 (keras-rs #206).
+            neg = neg.masked_fill(batch.hits.to(torch.bool), float("-inf"))
+        return torch.cat([pos.unsqueeze(1), neg], dim=1)
+
+    def forward(self, batch: LossInput) -> torch.Tensor:
+        logits = self.adjusted_logits(batch)
+        # The positive column is always finite, so logsumexp never sees an all −inf row.
+        per_example = torch.logsumexp(logits, dim=1) - logits[:, 0]
+        return per_example.sum() if self.reduction == "sum" else per_example.mean()
+
+    def adjust_scores(
+        self,
+        scores: torch.Tensor,
+        x: torch.Tensor,
+        label_ids: torch.Tensor,
+        ctx: PredictionContext,
+    ) -> torch.Tensor:
+        if not self.correct_at_prediction or ctx.sampler is None:
+            return scores
+        return scores + ctx.sampler.log_prob(x, label_ids).to(scores)
+
+    @property
+    def adjusts_scores(self) -> bool:
+        return self.correct_at_prediction
+
+    def extra_repr(self) -> str:
+        return (
+            f"weighting={self.weighting!r}, positive_correction={self.positive_correction}, "
+            f"correct_at_prediction={self.correct_at_prediction}, reduction={self.reduction!r}"
+        )

@@ -1,0 +1,10 @@
+"""Built-in encoders Φ."""
+
+from tailkit.hookspecs import hookimpl
+
+
+@hookimpl
+def register_models(register):
+    from tailkit.plugins.models.linear import Linear
+
+    register("linear", Linear)

@@ -1,0 +1,233 @@
+"""The plugin manager and the component registry built from it.
+
+``make_registry()`` builds a fresh pluggy manager, loads every entry point of the group
+``tailkit`` (built-ins included: they are registered exactly like third-party plugins), calls
+each ``register_*`` hook with a ``register`` callback, and keeps which plugin registered what.
+A plugin that fails to import is recorded and reported; the others still load.
+
+Environment:
+    TAILKIT_LOAD_PLUGINS   comma-separated entry-point names to load (default: all)
+    TAILKIT_TRACE_PLUGINS  set to 1 to print every hook call to stderr
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from tailkit import hookspecs
+from tailkit.errors import InvalidParameterError, PluginError, UnknownComponentError
+from tailkit.validation import validate_options
+
+KINDS = ("datasets", "featurizers", "samplers", "losses", "models")
+SINGULAR = {
+    "datasets": "dataset",
+    "featurizers": "featurizer",
+    "samplers": "sampler",
+    "losses": "loss",
+    "models": "model",
+}
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered component and where it came from."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    description: str
+    plugin: str
+    distribution: str
+    version: str
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass
+class PluginRecord:
+    name: str
+    distribution: str
+    version: str
+    error: str | None = None
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _first_doc_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+class Registry:
+    """Components per kind, built from a plugin manager's ``register_*`` hooks."""
+
+    def __init__(self, pm: pluggy.PluginManager, records: dict[str, PluginRecord]):
+        self.pm = pm
+        self.plugins = records
+        self._components: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
+        for kind in KINDS:
+            hook = getattr(pm.hook, f"register_{kind}")
+            for impl in reversed(hook.get_hookimpls()):  # registration order
+                plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+                record = records.setdefault(
+                    plugin_name, PluginRecord(plugin_name, plugin_name, "")
+                )
+                impl.function(register=self._registrar(kind, record))
+
+    def _registrar(self, kind: str, record: PluginRecord) -> Callable[..., None]:
+        def register(
+            name: str,
+            factory: Callable[..., Any],
+            description: str | None = None,
+            aliases: Sequence[str] = (),
+        ) -> None:
+            component = Component(
+                kind=kind,
+                name=name,
+                factory=factory,
+                description=description or _first_doc_line(factory),
+                plugin=record.name,
+                distribution=record.distribution,
+                version=record.version,
+                aliases=tuple(aliases),
+            )
+            table = self._components[kind]
+            for key in (name, *aliases):
+                if key in table:
+                    other = table[key].plugin
+                    raise PluginError(
+                        f"{SINGULAR[kind]} {key!r} is registered by both plugin {other!r} and "
+                        f"plugin {record.name!r}; uninstall one, or choose with "
+                        "TAILKIT_LOAD_PLUGINS"
+                    )
+                table[key] = component
+            record.registered.setdefault(kind, []).append(name)
+
+        return register
+
+    def names(self, kind: str) -> list[str]:
+        """Primary names (no aliases) of the components of ``kind``, sorted."""
+        return sorted({c.name for c in self._components[kind].values()})
+
+    def components(self, kind: str) -> list[Component]:
+        return [self._components[kind][n] for n in self.names(kind)]
+
+    def get(self, kind: str, name: Any, key: str) -> Component:
+        """Look a component up by name; ``key`` is the params path used in the error."""
+        table = self._components[kind]
+        if not isinstance(name, str) or name not in table:
+            available = ", ".join(self.names(kind)) or "(none installed)"
+            failed = [r.name for r in self.plugins.values() if r.error]
+            hint = f"; plugins that failed to load: {', '.join(failed)}" if failed else ""
+            raise UnknownComponentError(
+                f"{key}: unknown {SINGULAR[kind]} {name!r}; available: {available}{hint}"
+            )
+        return table[name]
+
+    def build(self, kind: str, spec: Any, key: str, *runtime: Any) -> Any:
+        """Build a component from its params mapping ``{name: ..., **options}``.
+
+        ``runtime`` are positional inputs from the core (e.g. a model's input dimension).
+        """
+        if isinstance(spec, str):
+            spec = {"name": spec}
+        if not isinstance(spec, Mapping) or "name" not in spec:
+            raise InvalidParameterError(
+                f"{key}: got {spec!r}; expected a mapping with a 'name' key"
+            )
+        component = self.get(kind, spec["name"], f"{key}.name")
+        options = {k: v for k, v in spec.items() if k != "name"}
+        options = validate_options(key, component.factory, options)
+        try:
+            return component.factory(*runtime, **options)
+        except InvalidParameterError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise InvalidParameterError(f"{key}: {exc}") from exc
+
+    def report(self, include_builtin: bool = True) -> list[dict[str, Any]]:
+        """The JSON-able list ``tailkit plugins`` prints and every model stores."""
+        out = []
+        for record in sorted(self.plugins.values(), key=lambda r: r.name):
+            if not include_builtin and record.distribution == "tailkit":
+                continue
+            entry: dict[str, Any] = {
+                "name": record.name,
+                "distribution": record.distribution,
+                "version": record.version,
+                "registered": {k: sorted(v) for k, v in sorted(record.registered.items())},
+            }
+            if record.error:
+                entry["error"] = record.error
+            out.append(entry)
+        return out
+
+
+def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
+    seen = set()
+    for ep in importlib.metadata.entry_points(group=group):
+        # Editable installs can expose the same distribution twice on sys.path.
+        if ep.name not in seen:
+            seen.add(ep.name)
+            yield ep
+
+
+def make_plugin_manager(
+    load_entrypoints: bool = True, extra_plugins: Sequence[tuple[str, object]] = ()
+) -> tuple[pluggy.PluginManager, dict[str, PluginRecord]]:
+    """A fresh manager with the hook specs, entry-point plugins and ``extra_plugins``."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    records: dict[str, PluginRecord] = {}
+    selected = os.environ.get("TAILKIT_LOAD_PLUGINS")
+    wanted = None if selected is None else {s.strip() for s in selected.split(",") if s.strip()}
+    if load_entrypoints:
+        for ep in _entry_points(hookspecs.PROJECT):
+            dist = ep.dist.name if ep.dist else "?"
+            version = ep.dist.version if ep.dist else "?"
+            is_builtin = dist == "tailkit"
+            if wanted is not None and not is_builtin and ep.name not in wanted:
+                continue
+            record = PluginRecord(ep.name, dist, version)
+            records[ep.name] = record
+            try:
+                pm.register(ep.load(), name=ep.name)
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the others down
+                record.error = f"{type(exc).__name__}: {exc}"
+                print(
+                    f"Warning: plugin {ep.name!r} ({dist} {version}) failed to load: "
+                    f"{record.error}",
+                    file=sys.stderr,
+                )
+    for name, plugin in extra_plugins:
+        records[name] = PluginRecord(name, name, "")
+        pm.register(plugin, name=name)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"plugin {exc.plugin!r} implements an unknown hook: {exc}") from exc
+    if os.environ.get("TAILKIT_TRACE_PLUGINS"):
+        pm.trace.root.setwriter(lambda msg: print(msg, end="", file=sys.stderr))
+        pm.enable_tracing()
+    return pm, records
+
+
+def make_registry(
+    load_entrypoints: bool = True, extra_plugins: Sequence[tuple[str, object]] = ()
+) -> Registry:
+    """Build a fresh registry (tests use this with their own plugins)."""
+    pm, records = make_plugin_manager(load_entrypoints, extra_plugins)
+    return Registry(pm, records)
+
+
+@functools.cache
+def get_registry() -> Registry:
+    """The process-wide registry of installed plugins, built on first use."""
+    return make_registry()

@@ -1,0 +1,1 @@
+"""One module per DVC stage; each exposes ``run(params, layout, registry)``."""

@@ -1,0 +1,73 @@
+"""Stage ``evaluate@<experiment>``: score the test split and write ``metrics/<experiment>.json``.
+
+Scores are computed in label chunks with the loss's prediction-time adjustment applied (see
+:mod:`tailkit.evaluation.predict`); when the loss has one, the unadjusted metrics are reported
+as well, under ``uncorrected``, as the Bamler–Mandt reference logs both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from tailkit.atomic import write_json
+from tailkit.cache import read_features
+from tailkit.components import PredictionContext
+from tailkit.evaluation.metrics import classification_metrics
+from tailkit.evaluation.predict import Predictions, predict
+from tailkit.params import Params
+from tailkit.paths import Layout
+from tailkit.registry import Registry
+from tailkit.runtime import resolve_device
+from tailkit.stages.fit_sampler import load_sampler
+from tailkit.stages.subsample import read_meta
+from tailkit.stages.train import build_components
+from tailkit.training.loop import log_prior_from_counts
+from tailkit.training.output_layer import OutputLayer
+
+
+def _metrics(preds: Predictions, labels: np.ndarray, counts: np.ndarray) -> dict[str, Any]:
+    return classification_metrics(
+        labels, preds.topk.cpu().numpy(), preds.log_likelihood.cpu().numpy(), counts
+    )
+
+
+def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
+    device = resolve_device(params.base.device)
+    meta = read_meta(layout.features)
+    model_dir = layout.model(experiment)
+    state = torch.load(model_dir / "model.pt", map_location=device, weights_only=False)
+    encoder, loss, _ = build_components(params, experiment, registry, state["in_dim"])
+    encoder.load_state_dict(state["encoder"])
+    encoder, loss = encoder.to(device), loss.to(device)
+    layer = OutputLayer(state["num_classes"], encoder.out_dim, device=device)
+    layer.load_state_dict(state["layer"])
+    sampler = load_sampler(registry, params, state["settings"]["sampler"], layout, device)
+    counts = np.asarray(meta["train_counts"])
+    ctx = PredictionContext(log_prior=log_prior_from_counts(counts).to(device), sampler=sampler)
+
+    test = read_features(layout.features / "test.parquet")
+    adjusted, raw = predict(
+        encoder,
+        layer,
+        loss,
+        ctx,
+        test.x,
+        test.labels,
+        k=params.evaluate.top_k,
+        batch_size=params.evaluate.batch_size,
+        label_chunk=params.evaluate.label_chunk,
+    )
+    labels = test.labels.numpy()
+    train_summary = json.loads((model_dir / "train.json").read_text())
+    metrics: dict[str, Any] = {
+        "test": _metrics(adjusted, labels, counts),
+        "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
+    }
+    if raw is not None:
+        metrics["uncorrected"] = _metrics(raw, labels, counts)
+    write_json(layout.metrics(experiment), metrics)
+    return metrics

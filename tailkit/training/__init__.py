@@ -1,0 +1,1 @@
+"""The training core: row-sparse output layer, its optimisers, the loop, checkpoints."""

@@ -1,0 +1,203 @@
+"""The training loop, top to bottom.
+
+    tailkit train --experiment <name>      # or: dvc repro train@<name>
+
+Batches come from tensors already in memory (a seeded ``randperm`` per epoch and
+``index_select``), never from a per-item DataLoader. Each step either scores all C labels (a
+``full`` loss) or asks the sampler for negatives and scores only those rows (a ``sampled``
+loss); the optimiser then updates only the rows the step touched. Every ``eval_every`` steps a
+fixed validation subset is scored, with the loss's prediction-time adjustment, for the learning
+curve. Training time in the curve excludes those evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from tailkit.components import Encoder, Loss, LossInput, PredictionContext, Sampler
+from tailkit.errors import TrainingDivergedError
+from tailkit.evaluation.metrics import per_class_recall
+from tailkit.evaluation.predict import predict
+from tailkit.training.checkpoint import Checkpointer
+from tailkit.training.optim import RowSparseOptimizer
+from tailkit.training.output_layer import OutputLayer
+
+CURVE_COLUMNS = ("step", "seconds", "loss", "val_accuracy", "val_balanced_accuracy")
+
+
+@dataclass
+class LoopConfig:
+    experiment: str
+    epochs: float
+    batch_size: int
+    negatives: int = 0
+    max_steps: int | None = None
+    eval_every: int = 100
+    checkpoint_every: int = 500
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    seconds: float
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    # One generator per epoch makes the order a function of (seed, epoch): a resumed run
+    # rebuilds the interrupted epoch's order without having saved it.
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=g)
+
+
+def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[float, float]:
+    preds, _ = predict(encoder, layer, loss, ctx, x_val, y_val, k=1)
+    y = y_val.numpy()
+    top1 = preds.topk[:, 0].cpu().numpy()
+    recall, support = per_class_recall(y, top1, num_classes)
+    return float((top1 == y).mean()), float(recall[support > 0].mean())
+
+
+def train(
+    *,
+    cfg: LoopConfig,
+    encoder: Encoder,
+    layer: OutputLayer,
+    loss: Loss,
+    sampler: Sampler | None,
+    optimizer: RowSparseOptimizer,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_val: torch.Tensor,
+    y_val: torch.Tensor,
+    log_prior: torch.Tensor,
+    checkpoint: Checkpointer | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrainResult:
+    device = layer.weight.device
+    n = x_train.shape[0]
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total = math.ceil(cfg.epochs * steps_per_epoch)
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
+    ctx = PredictionContext(log_prior=log_prior.to(device), sampler=sampler)
+    sample_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
+    optimizer.attach(layer, [p for p in encoder.parameters() if p.requires_grad])
+
+    step, seconds, curve = 0, 0.0, []
+    running, running_n = 0.0, 0
+    if checkpoint is not None and (state := checkpoint.load()) is not None:
+        step, seconds, curve = state["step"], state["seconds"], state["curve"]
+        layer.load_state_dict(state["layer"])
+        encoder.load_state_dict(state["encoder"])
+        optimizer.load_state_dict(state["optimizer"])
+        sample_gen.set_state(state["sample_gen"])
+        running, running_n = state["running"]
+
+    def save_checkpoint() -> None:
+        if checkpoint is not None:
+            checkpoint.save(
+                {
+                    "step": step,
+                    "seconds": seconds,
+                    "curve": curve,
+                    "layer": layer.state_dict(),
+                    "encoder": encoder.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "sample_gen": sample_gen.get_state(),
+                    "running": (running, running_n),
+                }
+            )
+
+    order = None
+    tick = time.perf_counter()
+    while step < total:
+        epoch, position = divmod(step, steps_per_epoch)
+        if position == 0 or order is None:
+            order = _epoch_order(n, cfg.seed, epoch)
+        idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
+        x = x_train.index_select(0, idx).to(device, non_blocking=True)
+        y = y_train.index_select(0, idx).to(device, non_blocking=True)
+        z = encoder(x)
+
+        if loss.mode == "full":
+            logits, rows = layer.full(z)
+            batch = LossInput(labels=y, logits=logits, log_prior=ctx.log_prior, embeddings=z,
+                              epoch=epoch)
+        else:
+            neg, neg_log_q = sampler.sample(x, y, cfg.negatives, sample_gen)
+            pos_log_q = sampler.log_prob(x, y.unsqueeze(1)).squeeze(1)
+            scored = layer.sampled(z, y, neg)
+            rows = scored.rows
+            batch = LossInput(
+                labels=y,
+                pos_logits=scored.pos,
+                neg_logits=scored.neg,
+                pos_log_q=pos_log_q,
+                neg_log_q=neg_log_q,
+                hits=scored.hits,
+                neg_ids=neg,
+                num_negatives=neg.shape[-1],
+                sampler_conditional=sampler.conditional,
+                log_prior=ctx.log_prior,
+                embeddings=z,
+                epoch=epoch,
+            )
+        value = loss(batch)
+        value.backward()
+        loss_value = value.item()
+        if not math.isfinite(loss_value):
+            raise TrainingDivergedError(
+                f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
+                "lower optimizer.lr or check the inputs"
+            )
+        optimizer.step(rows, step)
+        step += 1
+        running += loss_value
+        running_n += 1
+
+        if step % cfg.eval_every == 0 or step == total:
+            seconds += time.perf_counter() - tick
+            acc, bal = _validate(encoder, layer, loss, ctx, x_val, y_val, layer.num_classes)
+            curve.append(
+                {
+                    "step": step,
+                    "seconds": round(seconds, 4),
+                    "loss": running / max(running_n, 1),
+                    "val_accuracy": acc,
+                    "val_balanced_accuracy": bal,
+                }
+            )
+            running, running_n = 0.0, 0
+            if progress is not None:
+                progress(step, total)
+            tick = time.perf_counter()
+        if step % cfg.checkpoint_every == 0 and step < total:
+            seconds += time.perf_counter() - tick
+            save_checkpoint()
+            tick = time.perf_counter()
+
+    return TrainResult(steps=step, seconds=seconds, curve=curve)
+
+
+def log_prior_from_counts(counts: np.ndarray) -> torch.Tensor:
+    """log π from training counts (a class with no rows gets -inf)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return torch.from_numpy(np.log(counts / counts.sum())).float()
+
+
+def curve_to_tsv(curve: list[dict[str, Any]]) -> str:
+    lines = ["\t".join(CURVE_COLUMNS)]
+    for row in curve:
+        lines.append("\t".join(f"{row[c]:.6g}" if isinstance(row[c], float) else str(row[c])
+                               for c in CURVE_COLUMNS))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,110 @@
+"""The core's row-sparse output layer: C × d weights and C biases that a step touches by row.
+
+A sampled step gathers only the rows it scores (the positives and the negatives), as fresh
+leaf tensors, so autograd produces a gradient of shape (rows, d) instead of a dense C × d one:
+the step time does not grow with C. Duplicate ids are merged with ``torch.unique`` before the
+gather, so each touched row appears once and its gradient arrives already summed, which is what
+an exact Adagrad update needs. The full-softmax path views the whole table the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Rows:
+    """The rows a step touches: ``ids`` (None = all rows) and leaf views that collect grads."""
+
+    ids: torch.Tensor | None
+    weight: torch.Tensor
+    bias: torch.Tensor
+
+
+@dataclass
+class SampledLogits:
+    pos: torch.Tensor  # (B,)
+    neg: torch.Tensor  # (B, m)
+    hits: torch.Tensor  # (B, m) bool: the negative is the row's own label
+    rows: Rows
+
+
+class OutputLayer:
+    """Weights (C, d) and biases (C,) kept outside autograd and updated row by row."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        dim: int,
+        *,
+        device: torch.device | str = "cpu",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        # Xavier-uniform for weights, as the Bamler–Mandt reference does; zero biases.
+        bound = math.sqrt(6.0 / (num_classes + dim))
+        weight = torch.empty(num_classes, dim)
+        weight.uniform_(-bound, bound, generator=generator)
+        self.weight = weight.to(device)
+        self.bias = torch.zeros(num_classes, device=device)
+
+    @property
+    def num_classes(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.weight.shape[1]
+
+    def all_rows(self) -> Rows:
+        """Every row, as leaves sharing storage with the table (for full-softmax steps)."""
+        return Rows(
+            None,
+            self.weight.detach().requires_grad_(),
+            self.bias.detach().requires_grad_(),
+        )
+
+    def gather(self, ids: torch.Tensor) -> Rows:
+        """Rows ``ids`` (unique), copied out as leaves that collect this step's gradient."""
+        return Rows(
+            ids,
+            self.weight.index_select(0, ids).requires_grad_(),
+            self.bias.index_select(0, ids).requires_grad_(),
+        )
+
+    def full(self, z: torch.Tensor) -> tuple[torch.Tensor, Rows]:
+        """All logits (B, C) and the rows that receive their gradient."""
+        rows = self.all_rows()
+        return torch.addmm(rows.bias, z, rows.weight.t()), rows
+
+    def sampled(self, z: torch.Tensor, labels: torch.Tensor, neg: torch.Tensor) -> SampledLogits:
+        """Positive logits (B,) and negative logits (B, m) touching only those rows.
+
+        ``neg`` is (m,) for negatives shared by the batch (one GEMM) or (B, m) per example.
+        """
+        batch = labels.shape[0]
+        ids, inverse = torch.unique(torch.cat([labels, neg.reshape(-1)]), return_inverse=True)
+        rows = self.gather(ids)
+        pos_idx, neg_idx = inverse[:batch], inverse[batch:].view(neg.shape)
+        pos = (z * rows.weight[pos_idx]).sum(-1) + rows.bias[pos_idx]
+        if neg.dim() == 1:
+            negative = torch.addmm(rows.bias[neg_idx], z, rows.weight[neg_idx].t())
+            hits = neg.unsqueeze(0) == labels.unsqueeze(1)
+        else:
+            w = rows.weight[neg_idx]  # (B, m, d)
+            negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + rows.bias[neg_idx]
+            hits = neg == labels.unsqueeze(1)
+        return SampledLogits(pos, negative, hits, rows)
+
+    def scores(self, z: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """Raw scores of labels [start, stop) for embeddings z, without autograd."""
+        return torch.addmm(self.bias[start:stop], z, self.weight[start:stop].t())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"weight": self.weight, "bias": self.bias}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.weight = state["weight"].to(self.weight.device)
+        self.bias = state["bias"].to(self.bias.device)

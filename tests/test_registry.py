@@ -1,0 +1,115 @@
+"""The plugin contract: registration, provenance, duplicate and unknown names, broken plugins."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import types
+
+import pytest
+
+from tailkit import hookimpl, registry
+from tailkit.errors import InvalidParameterError, PluginError, UnknownComponentError
+from tailkit.registry import KINDS, make_registry
+
+
+class Focal:
+    """A stand-in loss."""
+
+    def __init__(self, *, gamma: float = 2.0) -> None:
+        self.gamma = gamma
+
+
+def _plugin(name="focal", factory=Focal):
+    mod = types.SimpleNamespace()
+
+    @hookimpl
+    def register_losses(register):
+        register(name, factory)
+
+    mod.register_losses = register_losses
+    return mod
+
+
+def test_builtins_register_through_entry_points():
+    reg = make_registry()
+    assert {"softmax", "sampled-softmax", "negative-sampling"} <= set(reg.names("losses"))
+    assert {"uniform", "unigram", "in-batch"} <= set(reg.names("samplers"))
+    assert {"geonames", "synthetic"} <= set(reg.names("datasets"))
+    assert {"identity", "rff"} <= set(reg.names("featurizers"))
+    assert "linear" in reg.names("models")
+    softmax = reg.get("losses", "softmax", "k")
+    assert softmax.plugin == "tailkit.losses" and softmax.distribution == "tailkit"
+    report = {p["name"]: p for p in reg.report()}
+    assert "softmax" in report["tailkit.losses"]["registered"]["losses"]
+
+
+def test_every_component_has_a_description():
+    reg = make_registry()
+    for kind in KINDS:
+        for component in reg.components(kind):
+            assert component.description, f"{kind} {component.name} has no docstring"
+
+
+def test_duplicate_name_is_an_error_naming_both_plugins():
+    with pytest.raises(PluginError) as info:
+        make_registry(extra_plugins=[("acme-losses", _plugin("softmax"))])
+    message = str(info.value)
+    assert "'tailkit.losses'" in message and "'acme-losses'" in message
+    assert "'softmax'" in message
+
+
+def test_unknown_name_lists_available_names():
+    reg = make_registry(extra_plugins=[("acme", _plugin())])
+    with pytest.raises(UnknownComponentError) as info:
+        reg.build("losses", {"name": "focl"}, "experiments.a.loss")
+    message = str(info.value)
+    assert message.startswith("experiments.a.loss.name: unknown loss 'focl'")
+    assert "focal" in message and "softmax" in message
+
+
+def test_build_validates_options():
+    reg = make_registry(extra_plugins=[("acme", _plugin())])
+    assert reg.build("losses", {"name": "focal", "gamma": 1}, "k").gamma == 1.0
+    with pytest.raises(InvalidParameterError, match=r"k\.gama: .*unknown|unknown key 'gama'"):
+        reg.build("losses", {"name": "focal", "gama": 1}, "k")
+    with pytest.raises(InvalidParameterError, match=r"k\.gamma: got 'x'"):
+        reg.build("losses", {"name": "focal", "gamma": "x"}, "k")
+
+
+def test_a_plugin_that_fails_to_import_is_reported_and_others_load(monkeypatch, capsys):
+    real = list(registry._entry_points("tailkit"))
+    broken = importlib.metadata.EntryPoint(
+        name="broken-plugin", value="tailkit_no_such_module", group="tailkit"
+    )
+    monkeypatch.setattr(registry, "_entry_points", lambda group: [*real, broken])
+    reg = make_registry()
+    assert "softmax" in reg.names("losses")
+    assert "broken-plugin" in capsys.readouterr().err
+    entry = {p["name"]: p for p in reg.report()}["broken-plugin"]
+    assert "ModuleNotFoundError" in entry["error"]
+    with pytest.raises(UnknownComponentError, match="failed to load: broken-plugin"):
+        reg.get("losses", "nope", "k")
+
+
+def test_misspelled_hook_is_caught_at_start_up():
+    mod = types.SimpleNamespace()
+
+    @hookimpl
+    def register_loss(register):  # missing the final "es"
+        pass
+
+    mod.register_loss = register_loss
+    with pytest.raises(PluginError, match="unknown hook"):
+        make_registry(extra_plugins=[("typo", mod)])
+
+
+def test_every_hook_is_documented_in_the_plugin_guide():
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
+    reg = make_registry()
+    for name in ("register_datasets", "register_featurizers", "register_samplers",
+                 "register_losses", "register_models"):
+        assert hasattr(reg.pm.hook, name)
+        assert f"{name}(register)" in guide
+    assert "register_commands(cli)" in guide
