@@ -154,7 +154,9 @@ def _schema(path: Path) -> pa.Schema:
 def _decode_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
     raw = (schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
-        raise DataValidationError(f"{path}: no {METADATA_KEY.decode()!r} metadata; not a feature file")
+        raise DataValidationError(
+            f"{path}: no {METADATA_KEY.decode()!r} metadata; not a feature file"
+        )
     try:
         meta = json.loads(raw)
     except ValueError as exc:
