@@ -61,8 +61,12 @@ class StepCase:
             s = self.layer.sampled(self.x, self.y, neg)
             rows = s.rows
             batch = LossInput(
-                labels=self.y, pos_logits=s.pos, neg_logits=s.neg, neg_log_q=log_q,
-                pos_log_q=self.sampler.log_prob(self.x, self.y), hits=s.hits,
+                labels=self.y,
+                pos_logits=s.pos,
+                neg_logits=s.neg,
+                neg_log_q=log_q,
+                pos_log_q=self.sampler.log_prob(self.x, self.y),
+                hits=s.hits,
                 num_negatives=self.m,
             )
         self.loss(batch).backward()
@@ -97,16 +101,20 @@ def main() -> None:
     full_args = argparse.Namespace(**{**vars(args), "batch": args.full_batch})
     full = {c: StepCase(registry, c, True, full_args) for c in (10**4, 10**5)}
     times: dict[str, list[float]] = {}
-    cases = {**{f"sampled C={c:>7}": v for c, v in sampled.items()},
-             **{f"full    C={c:>7}": v for c, v in full.items()}}
+    cases = {
+        **{f"sampled C={c:>7}": v for c, v in sampled.items()},
+        **{f"full    C={c:>7}": v for c, v in full.items()},
+    }
     for case in cases.values():  # warm-up: first-touch page faults, allocator
         case.step()
     for _ in range(args.repeats):
         for name, case in cases.items():
             times.setdefault(name, []).append(timed(case))
 
-    print(f"\nsampled softmax, shared uniform negatives: B={args.batch}, m={args.negatives}, "
-          f"d={args.dim}, Adagrad; full softmax: B={args.full_batch}")
+    print(
+        f"\nsampled softmax, shared uniform negatives: B={args.batch}, m={args.negatives}, "
+        f"d={args.dim}, Adagrad; full softmax: B={args.full_batch}"
+    )
     for name, t in times.items():
         print(f"  {name}: {summary(t)}")
     med = {name: statistics.median(t) for name, t in times.items()}
@@ -117,8 +125,10 @@ def main() -> None:
     print(f"sampled step achieved {flops / s4 / 1e9:.1f} GFLOP/s at C=1e4")
     f4, f5 = med[f"full    C={10**4:>7}"], med[f"full    C={10**5:>7}"]
     print(f"ratio full/sampled step at C=1e4: {f4 / s4:.1f}, at C=1e5: {f5 / s5:.1f}")
-    print(f"full softmax achieved {6 * args.full_batch * 10**5 * args.dim / f5 / 1e9:.1f} "
-          "GFLOP/s at C=1e5")
+    print(
+        f"full softmax achieved {6 * args.full_batch * 10**5 * args.dim / f5 / 1e9:.1f} "
+        "GFLOP/s at C=1e5"
+    )
 
 
 if __name__ == "__main__":

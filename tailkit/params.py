@@ -213,9 +213,11 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
                 f"{where}.sampler: got {exp.sampler!r}; expected one of the keys of samplers: "
                 + ", ".join(allowed)
             )
-        if exp.sampler != NO_SAMPLER and exp.negatives < 1 and samplers[exp.sampler].get(
-            "name"
-        ) not in ("in-batch",):
+        if (
+            exp.sampler != NO_SAMPLER
+            and exp.negatives < 1
+            and samplers[exp.sampler].get("name") not in ("in-batch",)
+        ):
             raise InvalidParameterError(
                 f"{where}.negatives: got {exp.negatives}; a sampled experiment needs >= 1"
             )

@@ -76,9 +76,7 @@ class Registry:
             hook = getattr(pm.hook, f"register_{kind}")
             for impl in reversed(hook.get_hookimpls()):  # registration order
                 plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
-                record = records.setdefault(
-                    plugin_name, PluginRecord(plugin_name, plugin_name, "")
-                )
+                record = records.setdefault(plugin_name, PluginRecord(plugin_name, plugin_name, ""))
                 impl.function(register=self._registrar(kind, record))
 
     def _registrar(self, kind: str, record: PluginRecord) -> Callable[..., None]:

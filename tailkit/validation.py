@@ -103,7 +103,9 @@ def _coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
     if annotation is str:
         return isinstance(value, str), value
     if origin in (list, tuple):
-        return isinstance(value, list | tuple), list(value) if isinstance(value, list | tuple) else value
+        return isinstance(value, list | tuple), list(value) if isinstance(
+            value, list | tuple
+        ) else value
     if origin is dict or annotation is dict:
         return isinstance(value, Mapping), value
     return True, value  # Any or an annotation we do not police
@@ -128,9 +130,11 @@ def check_value(key: str, value: Any, annotation: Any, constraint: Constraint | 
             f"{key}: got {value!r} ({type(value).__name__}); expected {_describe(annotation)}"
         )
     if constraint is not None and value is not None and value not in constraint:
-        raise InvalidParameterError(f"{key}: got {value!r}; expected a value {constraint}"
-                                    if isinstance(constraint, Interval)
-                                    else f"{key}: got {value!r}; expected {constraint}")
+        raise InvalidParameterError(
+            f"{key}: got {value!r}; expected a value {constraint}"
+            if isinstance(constraint, Interval)
+            else f"{key}: got {value!r}; expected {constraint}"
+        )
     return value
 
 
@@ -157,9 +161,7 @@ def validate_options(
     ``owner.key``. Unknown keys are rejected with the list of accepted ones.
     """
     if not isinstance(options, Mapping):
-        raise InvalidParameterError(
-            f"{owner}: got {options!r}; expected a mapping of options"
-        )
+        raise InvalidParameterError(f"{owner}: got {options!r}; expected a mapping of options")
     signature = option_signature(factory)
     constraints: Mapping[str, Constraint] = getattr(factory, "constraints", {})
     unknown = sorted(set(options) - set(signature))

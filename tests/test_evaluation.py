@@ -39,8 +39,9 @@ def test_chunked_predict_equals_dense(chunk):
     y = torch.randint(c, (n,), generator=g)
     offset = torch.randn(c, generator=g)
     ctx = PredictionContext(log_prior=torch.zeros(c))
-    adjusted, raw = predict(Linear(d), layer, _Shifted(offset), ctx, x, y, k=5,
-                            batch_size=16, label_chunk=chunk)
+    adjusted, raw = predict(
+        Linear(d), layer, _Shifted(offset), ctx, x, y, k=5, batch_size=16, label_chunk=chunk
+    )
     for preds, extra in ((raw, 0.0), (adjusted, offset)):
         scores = x @ layer.weight.T + layer.bias + extra
         torch.testing.assert_close(preds.topk, scores.topk(5, dim=1).indices)

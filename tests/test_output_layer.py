@@ -73,8 +73,7 @@ def test_adagrad_matches_torch_adagrad_on_touched_rows():
     layer = _layer()
     ref_w = layer.weight.clone().requires_grad_()
     ref_b = layer.bias.clone().requires_grad_()
-    ref_opt = torch.optim.Adagrad([ref_w, ref_b], lr=0.3, eps=1e-10,
-                                  initial_accumulator_value=1e-8)
+    ref_opt = torch.optim.Adagrad([ref_w, ref_b], lr=0.3, eps=1e-10, initial_accumulator_value=1e-8)
     opt = RowSparseAdagrad(lr=0.3, eps=1e-10, initial_accumulator=1e-8)
     opt.attach(layer, [])
     for step in range(4):

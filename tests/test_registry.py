@@ -108,8 +108,13 @@ def test_every_hook_is_documented_in_the_plugin_guide():
 
     guide = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
     reg = make_registry()
-    for name in ("register_datasets", "register_featurizers", "register_samplers",
-                 "register_losses", "register_models"):
+    for name in (
+        "register_datasets",
+        "register_featurizers",
+        "register_samplers",
+        "register_losses",
+        "register_models",
+    ):
         assert hasattr(reg.pm.hook, name)
         assert f"{name}(register)" in guide
     assert "register_commands(cli)" in guide

@@ -24,7 +24,7 @@ from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
 from tailkit.stages.fit_sampler import load_sampler
 from tailkit.stages.subsample import read_meta
-from tailkit.stages.train import build_components
+from tailkit.stages.train import build_model, build_objective
 from tailkit.training.loop import log_prior_from_counts
 from tailkit.training.output_layer import OutputLayer
 
@@ -37,10 +37,11 @@ def _metrics(preds: Predictions, labels: np.ndarray, counts: np.ndarray) -> dict
 
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
     device = resolve_device(params.base.device)
+    loss, _ = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
     model_dir = layout.model(experiment)
     state = torch.load(model_dir / "model.pt", map_location=device, weights_only=False)
-    encoder, loss, _ = build_components(params, experiment, registry, state["in_dim"])
+    encoder = build_model(params, experiment, registry, state["in_dim"])
     encoder.load_state_dict(state["encoder"])
     encoder, loss = encoder.to(device), loss.to(device)
     layer = OutputLayer(state["num_classes"], encoder.out_dim, device=device)

@@ -40,11 +40,10 @@ def build_optimizer(spec: dict[str, Any], key: str):
     return factory(**validate_options(key, factory, {k: v for k, v in spec.items() if k != "name"}))
 
 
-def build_components(params: Params, experiment: str, registry: Registry, in_dim: int):
-    """Encoder, loss and optimiser of an experiment, checked against each other."""
+def build_objective(params: Params, experiment: str, registry: Registry):
+    """Loss and optimiser of an experiment, checked against its sampler before any data is read."""
     exp = params.experiment(experiment)
     key = f"experiments.{experiment}"
-    encoder = registry.build("models", exp.model, f"{key}.model", in_dim)
     loss = registry.build("losses", exp.loss, f"{key}.loss")
     optimizer = build_optimizer(exp.optimizer, f"{key}.optimizer")
     if loss.mode == "sampled" and exp.sampler == NO_SAMPLER:
@@ -57,7 +56,12 @@ def build_components(params: Params, experiment: str, registry: Registry, in_dim
             f"{key}.sampler: got {exp.sampler!r}, but loss {exp.loss['name']!r} scores all "
             "labels; set sampler: none"
         )
-    return encoder, loss, optimizer
+    return loss, optimizer
+
+
+def build_model(params: Params, experiment: str, registry: Registry, in_dim: int):
+    exp = params.experiment(experiment)
+    return registry.build("models", exp.model, f"experiments.{experiment}.model", in_dim)
 
 
 def run(
@@ -69,10 +73,11 @@ def run(
 ) -> dict[str, Any]:
     settings = params.resolved(experiment)
     device = resolve_device(params.base.device)
+    loss, optimizer = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
+    encoder = build_model(params, experiment, registry, meta["dim"])
     train_set = read_features(layout.features / "train.parquet")
     val_set = read_features(layout.features / "val.parquet")
-    encoder, loss, optimizer = build_components(params, experiment, registry, meta["dim"])
     sampler = load_sampler(registry, params, settings["sampler"], layout, device)
 
     seed = params.base.seed
@@ -97,8 +102,13 @@ def run(
         seed=seed,
     )
     fingerprint = params_hash(
-        {"settings": settings, "train": params.train.__dict__, "seed": seed, "data": meta.get(
-            "params_hash"), "sampler": params.samplers.get(settings["sampler"])}
+        {
+            "settings": settings,
+            "train": params.train.__dict__,
+            "seed": seed,
+            "data": meta.get("params_hash"),
+            "sampler": params.samplers.get(settings["sampler"]),
+        }
     )
     checkpoint = Checkpointer(layout.checkpoint(experiment), fingerprint)
     result = train(

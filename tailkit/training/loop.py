@@ -130,8 +130,9 @@ def train(
 
         if loss.mode == "full":
             logits, rows = layer.full(z)
-            batch = LossInput(labels=y, logits=logits, log_prior=ctx.log_prior, embeddings=z,
-                              epoch=epoch)
+            batch = LossInput(
+                labels=y, logits=logits, log_prior=ctx.log_prior, embeddings=z, epoch=epoch
+            )
         else:
             neg, neg_log_q = sampler.sample(x, y, cfg.negatives, sample_gen)
             pos_log_q = sampler.log_prob(x, y.unsqueeze(1)).squeeze(1)
@@ -198,6 +199,9 @@ def log_prior_from_counts(counts: np.ndarray) -> torch.Tensor:
 def curve_to_tsv(curve: list[dict[str, Any]]) -> str:
     lines = ["\t".join(CURVE_COLUMNS)]
     for row in curve:
-        lines.append("\t".join(f"{row[c]:.6g}" if isinstance(row[c], float) else str(row[c])
-                               for c in CURVE_COLUMNS))
+        lines.append(
+            "\t".join(
+                f"{row[c]:.6g}" if isinstance(row[c], float) else str(row[c]) for c in CURVE_COLUMNS
+            )
+        )
     return "\n".join(lines) + "\n"

@@ -44,8 +44,9 @@ class Mixture(Sampler):
         shape = (m,) if self.shared else (y.shape[0], m)
         device = self.pi.device
         uniform = torch.randint(self.pi.numel(), shape, generator=generator, device=device)
-        unigram = torch.multinomial(self.pi, math.prod(shape), replacement=True,
-                                    generator=generator).view(shape)
+        unigram = torch.multinomial(
+            self.pi, math.prod(shape), replacement=True, generator=generator
+        ).view(shape)
         pick = torch.rand(shape, generator=generator, device=device) < self.beta
         ids = torch.where(pick, unigram, uniform)
         return ids, self.log_q[ids]

@@ -1,0 +1,97 @@
+"""Shared fixtures: a scratch DVC project that runs the real pipeline on tiny params."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[1]
+BIN = Path(sys.executable).parent
+
+TINY_PARAMS = {
+    "base": {"seed": 0, "device": "cpu"},
+    "dataset": {
+        "name": "synthetic",
+        "num_classes": 30,
+        "num_examples": 3000,
+        "dim": 6,
+        "zipf_exponent": 1.0,
+        "noise": 0.2,
+        "seed": 0,
+    },
+    "subsample": {"profile": "natural", "val_fraction": 0.15, "test_fraction": 0.15},
+    "featurize": {"name": "rff", "dim": 32, "bandwidth": 1.0},
+    "samplers": {"uniform": {"name": "uniform"}, "in-batch": {"name": "in-batch"}},
+    "train": {"epochs": 2, "batch_size": 128, "eval_every": 10, "val_rows": 300},
+    "evaluate": {"batch_size": 256, "label_chunk": 7},
+    "experiments": {
+        "softmax": {
+            "loss": {"name": "softmax"},
+            "sampler": "none",
+            "optimizer": {"name": "adagrad", "lr": 0.1},
+        },
+        "sampled": {
+            "loss": {"name": "sampled-softmax"},
+            "sampler": "uniform",
+            "negatives": 8,
+            "optimizer": {"name": "adagrad", "lr": 0.1},
+        },
+    },
+}
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        DVC_NO_ANALYTICS="1",
+        DVC_STUDIO_OFFLINE="true",
+        GIT_AUTHOR_NAME="test",
+        GIT_AUTHOR_EMAIL="test@example.invalid",
+        GIT_COMMITTER_NAME="test",
+        GIT_COMMITTER_EMAIL="test@example.invalid",
+    )
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], cwd: Path, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, cwd=cwd, env=tool_env(**env), capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def make_project(path: Path, params: dict) -> Path:
+    """A git + DVC repo holding our dvc.yaml, the package sources it depends on, and params."""
+    path.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "dvc.yaml", path / "dvc.yaml")
+    shutil.copytree(
+        ROOT / "tailkit", path / "tailkit", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (path / ".gitignore").write_text("/data/\n__pycache__/\n")
+    (path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["git", "init", "-q", "-b", "main"], path)
+    run(["dvc", "init", "-q"], path)
+    run(["dvc", "config", "core.analytics", "false"], path)
+    run(["git", "add", "-A"], path)
+    run(["git", "commit", "-qm", "init"], path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_project(tmp_path_factory) -> Path:
+    """The tiny pipeline, reproduced once per session and committed."""
+    path = make_project(tmp_path_factory.mktemp("project"), TINY_PARAMS)
+    run(["dvc", "repro"], path)
+    run(["git", "add", "-A"], path)
+    run(["git", "commit", "-qm", "repro"], path)
+    return path

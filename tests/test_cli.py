@@ -1,0 +1,93 @@
+"""The command line: plugins/list output, and bad input rejected on one line with no leftovers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from conftest import TINY_PARAMS, run
+
+from tailkit.cli import cli
+
+
+def test_plugins_prints_json_of_builtin_plugins():
+    result = CliRunner().invoke(cli, ["plugins"])
+    assert result.exit_code == 0
+    plugins = {p["name"]: p for p in json.loads(result.output)}
+    assert plugins["tailkit.samplers"]["registered"]["samplers"] == [
+        "in-batch",
+        "uniform",
+        "unigram",
+    ]
+    assert plugins["tailkit.losses"]["distribution"] == "tailkit"
+    assert plugins["tailkit.losses"]["version"]
+
+
+@pytest.mark.parametrize("kind", ["losses", "samplers", "datasets", "featurizers", "models"])
+def test_list_prints_name_and_description(kind):
+    result = CliRunner().invoke(cli, ["list", kind])
+    assert result.exit_code == 0
+    lines = result.output.strip().splitlines()
+    assert lines and all(len(line.split()) >= 2 for line in lines)
+
+
+def _params(tmp_path, **changes):
+    params = copy.deepcopy(TINY_PARAMS)
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        node = params
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    return tmp_path
+
+
+def _fails_cleanly(tmp_path, command, expected):
+    result = run([sys.executable, "-m", "tailkit", *command], tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("Error: ") and expected in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"dataset__name": "cifar-11"}, "dataset.name: unknown dataset 'cifar-11'; available:"),
+        ({"train__batch_size": "big"}, "train.batch_size: got 'big' (str); expected an integer"),
+        ({"train__epochs": -1}, "train.epochs: got -1.0; expected a value in the range (0, inf)"),
+        ({"subsample__imbalance_ratio": 0.5}, "subsample.imbalance_ratio: got 0.5"),
+        ({"subsample__typo": 1}, "subsample: unknown key 'typo'; allowed keys are"),
+        ({"dataset__num_classes": 1}, "dataset.num_classes: got 1"),
+    ],
+)
+def test_bad_params_fail_on_one_line_without_output(tmp_path, changes, expected):
+    _params(tmp_path, **changes)
+    _fails_cleanly(tmp_path, ["download"], expected)
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.slow
+def test_a_vanishing_class_fails_subsample_and_writes_nothing(tmp_path):
+    _params(tmp_path, subsample__profile="exp", subsample__imbalance_ratio=10000)
+    run([sys.executable, "-m", "tailkit", "download", "--quiet"], tmp_path)
+    _fails_cleanly(tmp_path, ["subsample"], "imbalance_ratio=10000")
+    assert not (tmp_path / "data" / "split").exists()
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["raw"]  # no temporary leftovers
+
+
+@pytest.mark.slow
+def test_unknown_loss_in_an_experiment_names_the_key(tmp_path):
+    _params(tmp_path, experiments__sampled__loss={"name": "focal"})
+    _fails_cleanly(
+        tmp_path,
+        ["train", "--experiment", "sampled"],
+        "experiments.sampled.loss.name: unknown loss 'focal'; available:",
+    )
