@@ -62,7 +62,9 @@ def tool_env(**extra: str) -> dict[str, str]:
 
 
 def run(cmd: list[str], cwd: Path, check: bool = True, **env: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(cmd, cwd=cwd, env=tool_env(**env), capture_output=True, text=True)
+    result = subprocess.run(
+        cmd, cwd=cwd, env=tool_env(**env), capture_output=True, text=True, check=False
+    )
     if check and result.returncode != 0:
         raise AssertionError(
             f"{' '.join(cmd)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
