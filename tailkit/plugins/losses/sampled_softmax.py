@@ -63,11 +63,13 @@ class SampledSoftmax(Loss):
                 "SampledSoftmax needs batch.pos_logits (B,) and batch.neg_logits (B, m)"
             )
         log_m = math.log(neg.shape[1])
+        owned = False  # whether `neg` is our own temporary, safe to mask in place
         if self.weighting == "importance":
             if batch.neg_log_q is None:
                 raise ValueError('weighting="importance" needs batch.neg_log_q')
             # The sampler's q is a fixed proposal; as in TF, no gradient goes through it.
             neg = neg - (batch.neg_log_q.detach().to(neg) + log_m)
+            owned = True
         if self.positive_correction:
             if batch.pos_log_q is None:
                 raise ValueError("positive_correction=True needs batch.pos_log_q")
@@ -75,7 +77,14 @@ class SampledSoftmax(Loss):
         if batch.hits is not None:
             # −inf gives exp(·) == 0 exactly in every dtype and a zero gradient through
             # masked_fill; a tiny additive constant is a no-op in float32 (keras-rs #206).
-            neg = neg.masked_fill(batch.hits.to(torch.bool), float("-inf"))
+            # In place when `neg` is our own temporary: one B×m allocation fewer per step
+            # (the subtraction's backward does not need its output).
+            hits = batch.hits.to(torch.bool)
+            neg = (
+                neg.masked_fill_(hits, float("-inf"))
+                if owned
+                else neg.masked_fill(hits, float("-inf"))
+            )
         return torch.cat([pos.unsqueeze(1), neg], dim=1)
 
     def forward(self, batch: LossInput) -> torch.Tensor:

@@ -1,0 +1,108 @@
+"""The training loop: it learns, it resumes exactly after an interruption, it stops on NaN."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tailkit.components import Loss
+from tailkit.errors import TrainingDivergedError
+from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
+from tailkit.plugins.losses.softmax import SoftmaxCE
+from tailkit.plugins.models.linear import Linear
+from tailkit.plugins.samplers.uniform import UniformSampler
+from tailkit.training.checkpoint import Checkpointer
+from tailkit.training.loop import LoopConfig, log_prior_from_counts, train
+from tailkit.training.optim import RowSparseAdagrad
+from tailkit.training.output_layer import OutputLayer
+
+C, D = 12, 10
+
+
+CENTRES = torch.randn(C, D, generator=torch.Generator().manual_seed(42)) * 3
+
+
+def _data(n=600, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    centres = CENTRES
+    y = torch.randint(C, (n,), generator=g)
+    return centres[y] + torch.randn(n, D, generator=g), y
+
+
+def _run(loss, sampler=None, checkpoint=None, negatives=0, steps=None, optimizer=None):
+    x, y = _data()
+    xv, yv = _data(200, seed=1)
+    if sampler is not None:
+        sampler.fit(None, y, C)
+    layer = OutputLayer(C, D, generator=torch.Generator().manual_seed(0))
+    result = train(
+        cfg=LoopConfig(
+            "t",
+            epochs=3,
+            batch_size=64,
+            negatives=negatives,
+            eval_every=5,
+            checkpoint_every=7,
+            max_steps=steps,
+        ),
+        encoder=Linear(D),
+        layer=layer,
+        loss=loss,
+        sampler=sampler,
+        optimizer=optimizer or RowSparseAdagrad(lr=0.1),
+        x_train=x,
+        y_train=y,
+        x_val=xv,
+        y_val=yv,
+        log_prior=log_prior_from_counts(torch.bincount(y, minlength=C)),
+        checkpoint=checkpoint,
+    )
+    return result, layer
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_training_learns_a_separable_problem(sampled):
+    if sampled:
+        result, _ = _run(SampledSoftmax(), UniformSampler(), negatives=6)
+    else:
+        result, _ = _run(SoftmaxCE())
+    assert result.steps == 3 * 10  # ceil(600 / 64) steps per epoch
+    assert result.curve[-1]["val_accuracy"] > 0.9
+    assert result.curve[-1]["loss"] < result.curve[0]["loss"]
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_an_interrupted_run_resumes_to_the_same_result(tmp_path):
+    reference, ref_layer = _run(SampledSoftmax(), UniformSampler(), negatives=6)
+
+    class Crashing(RowSparseAdagrad):
+        def step(self, rows, step):
+            if step == 17:
+                raise _Interrupt
+            super().step(rows, step)
+
+    checkpoint = Checkpointer(tmp_path / "ckpt", key="k")
+    with pytest.raises(_Interrupt):
+        _run(SampledSoftmax(), UniformSampler(), checkpoint, 6, optimizer=Crashing(lr=0.1))
+    assert checkpoint.load()["step"] == 14  # the last multiple of checkpoint_every
+    resumed, layer = _run(SampledSoftmax(), UniformSampler(), checkpoint, 6)
+    torch.testing.assert_close(layer.weight, ref_layer.weight, rtol=0, atol=0)
+    strip = [{k: v for k, v in row.items() if k != "seconds"} for row in reference.curve]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in resumed.curve] == strip
+    # a checkpoint with another fingerprint is ignored, never resumed
+    assert Checkpointer(tmp_path / "ckpt", key="other").load() is None
+
+
+class _Exploding(Loss):
+    mode = "full"
+
+    def forward(self, batch):
+        return batch.logits.sum() * float("nan")
+
+
+def test_a_nan_loss_stops_with_the_step_and_experiment():
+    with pytest.raises(TrainingDivergedError, match=r"experiments\.t: loss became nan at step 1"):
+        _run(_Exploding())
