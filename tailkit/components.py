@@ -76,6 +76,8 @@ class Sampler:
 
     shared: ClassVar[bool] = True
     conditional: ClassVar[bool] = False
+    #: False for samplers that bring their own negatives (in-batch) and ignore ``m``.
+    uses_negatives: ClassVar[bool] = True
 
     def fit(self, features: torch.Tensor | None, labels: torch.Tensor, num_classes: int) -> None:
         """Fit on the training split. ``labels`` is (N,) int64; features (N, D) or None."""

@@ -46,8 +46,10 @@ class SubsampleParams:
 
     constraints: ClassVar = {
         "imbalance_ratio": Interval(1, None),
-        "val_fraction": Interval(0, 0.5, closed="left"),
-        "test_fraction": Interval(0, 0.5, closed="left"),
+        # Both open at 0: an empty validation split leaves no learning curve, an empty test
+        # split no metrics.
+        "val_fraction": Interval(0, 0.5, closed="neither"),
+        "test_fraction": Interval(0, 0.5, closed="neither"),
         "test_per_class": Interval(1, None),
         "min_class_count": Interval(1, None),
         "seed": Interval(0, None),
@@ -84,7 +86,7 @@ class EvaluateParams:
     constraints: ClassVar = {
         "batch_size": Interval(1, None),
         "label_chunk": Interval(1, None),
-        "top_k": Interval(1, None),
+        "top_k": Interval(5, None),  # top5_accuracy needs at least 5
     }
 
 
@@ -212,14 +214,6 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
             raise InvalidParameterError(
                 f"{where}.sampler: got {exp.sampler!r}; expected one of the keys of samplers: "
                 + ", ".join(allowed)
-            )
-        if (
-            exp.sampler != NO_SAMPLER
-            and exp.negatives < 1
-            and samplers[exp.sampler].get("name") not in ("in-batch",)
-        ):
-            raise InvalidParameterError(
-                f"{where}.negatives: got {exp.negatives}; a sampled experiment needs >= 1"
             )
         experiments[key] = exp
 

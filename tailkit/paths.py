@@ -8,6 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tailkit.errors import DataValidationError
+
+
+def require(path: Path, producer: str) -> Path:
+    """``path`` if it exists, else a one-line error naming the stage that writes it."""
+    if not path.exists():
+        raise DataValidationError(f"{path}: missing; run `dvc repro {producer}` first")
+    return path
+
 
 @dataclass(frozen=True)
 class Layout:

@@ -91,3 +91,23 @@ def test_unknown_loss_in_an_experiment_names_the_key(tmp_path):
         ["train", "--experiment", "sampled"],
         "experiments.sampled.loss.name: unknown loss 'focal'; available:",
     )
+
+
+@pytest.mark.slow
+def test_a_stage_run_before_its_inputs_exist_names_the_missing_file(tmp_path):
+    _params(tmp_path)
+    _fails_cleanly(
+        tmp_path,
+        ["evaluate", "--experiment", "softmax"],
+        "data/features/meta.json: missing; run `dvc repro featurize` first",
+    )
+
+
+@pytest.mark.slow
+def test_a_drawing_sampler_needs_negatives(tmp_path):
+    _params(tmp_path, experiments__sampled__negatives=0)
+    _fails_cleanly(
+        tmp_path,
+        ["train", "--experiment", "sampled"],
+        "experiments.sampled.negatives: got 0; sampler 'uniform' draws",
+    )

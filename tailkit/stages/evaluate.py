@@ -19,7 +19,7 @@ from tailkit.components import PredictionContext
 from tailkit.evaluation.metrics import classification_metrics
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.params import Params
-from tailkit.paths import Layout
+from tailkit.paths import Layout, require
 from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
 from tailkit.stages.fit_sampler import load_sampler
@@ -40,9 +40,11 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     loss, _ = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
     model_dir = layout.model(experiment)
-    state = torch.load(model_dir / "model.pt", map_location=device, weights_only=False)
+    model_path = require(model_dir / "model.pt", f"train@{experiment}")
+    state = torch.load(model_path, map_location=device, weights_only=False)
     encoder = build_model(params, experiment, registry, state["in_dim"])
     encoder.load_state_dict(state["encoder"])
+    loss.load_state_dict(state["loss"])
     encoder, loss = encoder.to(device), loss.to(device)
     layer = OutputLayer(state["num_classes"], encoder.out_dim, device=device)
     layer.load_state_dict(state["layer"])

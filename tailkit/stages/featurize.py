@@ -32,7 +32,15 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     info = {
         "dataset": params.dataset,
         "featurize": params.featurize,
-        "params_hash": params_hash({"dataset": params.dataset, "featurize": params.featurize}),
+        # Identifies the data a model is trained on (a stale checkpoint must not resume on
+        # another split), so the subsample settings recorded with the split are part of it.
+        "params_hash": params_hash(
+            {
+                "dataset": params.dataset,
+                "subsample": meta["subsample"],
+                "featurize": params.featurize,
+            }
+        ),
     }
     with atomic_dir(layout.features) as tmp:
         for name, (rows, labels) in splits.items():

@@ -17,8 +17,9 @@ import torch
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import read_features
 from tailkit.components import Sampler
+from tailkit.errors import DataValidationError
 from tailkit.params import NO_SAMPLER, Params
-from tailkit.paths import Layout
+from tailkit.paths import Layout, require
 from tailkit.registry import Registry
 from tailkit.stages.subsample import read_meta
 
@@ -38,7 +39,8 @@ def load_sampler(
     if key == NO_SAMPLER:
         return None
     sampler = registry.build("samplers", params.samplers[key], f"samplers.{key}")
-    state = torch.load(layout.sampler(key) / "state.pt", map_location="cpu", weights_only=False)
+    path = require(layout.sampler(key) / "state.pt", "fit-sampler")
+    state = torch.load(path, map_location="cpu", weights_only=False)
     sampler.load_state_dict(state)
     return sampler.to(device)
 
@@ -56,7 +58,10 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         _write_config(tmp / NO_SAMPLER, {"name": NO_SAMPLER})
         for key, sampler in samplers.items():
             start = time.perf_counter()
-            sampler.fit(train.x, train.labels, meta["num_classes"])
+            try:
+                sampler.fit(train.x, train.labels, meta["num_classes"])
+            except (ValueError, TypeError) as exc:
+                raise DataValidationError(f"samplers.{key}: fit failed: {exc}") from exc
             fit_seconds = time.perf_counter() - start
             _write_config(tmp / key, params.samplers[key])
             torch.save(sampler.state_dict(), tmp / key / "state.pt")

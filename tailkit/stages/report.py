@@ -10,10 +10,9 @@ import json
 from typing import Any
 
 from tailkit.atomic import atomic_path
-from tailkit.errors import DataValidationError
 from tailkit.evaluation.metrics import FEW_BELOW, MANY_ABOVE
 from tailkit.params import NO_SAMPLER, Params
-from tailkit.paths import Layout
+from tailkit.paths import Layout, require
 from tailkit.stages.subsample import read_meta
 
 COLUMNS = (  # (header, path in metrics json, higher is better)
@@ -48,11 +47,8 @@ def _describe(params: Params, name: str) -> str:
 def build_table(params: Params, layout: Layout) -> str:
     rows = {}
     for name in params.experiments:
-        path = layout.metrics(name)
-        try:
-            rows[name] = json.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise DataValidationError(f"{path}: missing; run evaluate@{name} first") from exc
+        path = require(layout.metrics(name), f"evaluate@{name}")
+        rows[name] = json.loads(path.read_text())
     best = {}
     for header, path, higher in COLUMNS:
         values = [v for m in rows.values() if (v := _get(m, path)) is not None]

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.errors import DataValidationError
 from tailkit.params import Params, SubsampleParams
-from tailkit.paths import Layout
+from tailkit.paths import Layout, require
 from tailkit.registry import Registry
 from tailkit.stages.download import raw_dir
 
@@ -102,11 +102,9 @@ def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_meta(directory: Path) -> dict[str, Any]:
-    path = directory / "meta.json"
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DataValidationError(f"{path}: missing; run the earlier stages first") from exc
+    """The meta.json that subsample writes and featurize extends."""
+    producer = "featurize" if directory.name == "features" else "subsample"
+    return json.loads(require(directory / "meta.json", producer).read_text())
 
 
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:

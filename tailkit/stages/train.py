@@ -51,6 +51,13 @@ def build_objective(params: Params, experiment: str, registry: Registry):
             f"{key}.sampler: loss {exp.loss['name']!r} needs negatives; name one of the "
             "samplers (and set negatives)"
         )
+    if exp.sampler != NO_SAMPLER and exp.negatives < 1:
+        factory = registry.get("samplers", params.samplers[exp.sampler]["name"], "").factory
+        if getattr(factory, "uses_negatives", True):
+            raise InvalidParameterError(
+                f"{key}.negatives: got {exp.negatives}; sampler {exp.sampler!r} draws "
+                "`negatives` per step, so it must be >= 1"
+            )
     if loss.mode == "full" and exp.sampler != NO_SAMPLER:
         raise InvalidParameterError(
             f"{key}.sampler: got {exp.sampler!r}, but loss {exp.loss['name']!r} scores all "
@@ -73,6 +80,8 @@ def run(
 ) -> dict[str, Any]:
     settings = params.resolved(experiment)
     device = resolve_device(params.base.device)
+    seed = params.base.seed
+    torch.manual_seed(seed)  # before building: encoders and losses may draw their init
     loss, optimizer = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
     encoder = build_model(params, experiment, registry, meta["dim"])
@@ -80,8 +89,6 @@ def run(
     val_set = read_features(layout.features / "val.parquet")
     sampler = load_sampler(registry, params, settings["sampler"], layout, device)
 
-    seed = params.base.seed
-    torch.manual_seed(seed)  # encoder initialisation
     encoder, loss = encoder.to(device), loss.to(device)
     layer = OutputLayer(
         meta["num_classes"],
@@ -139,6 +146,7 @@ def run(
             {
                 "layer": {k: v.cpu() for k, v in layer.state_dict().items()},
                 "encoder": encoder.state_dict(),
+                "loss": loss.state_dict(),
                 "settings": settings,
                 "num_classes": meta["num_classes"],
                 "in_dim": meta["dim"],

@@ -90,7 +90,9 @@ def train(
         total = min(total, cfg.max_steps)
     ctx = PredictionContext(log_prior=log_prior.to(device), sampler=sampler)
     sample_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
-    optimizer.attach(layer, [p for p in encoder.parameters() if p.requires_grad])
+    # A loss may learn parameters too (e.g. a log-normaliser); they train with the encoder's.
+    dense = [*encoder.parameters(), *loss.parameters()]
+    optimizer.attach(layer, [p for p in dense if p.requires_grad])
 
     step, seconds, curve = 0, 0.0, []
     running, running_n = 0.0, 0
@@ -98,7 +100,11 @@ def train(
         step, seconds, curve = state["step"], state["seconds"], state["curve"]
         layer.load_state_dict(state["layer"])
         encoder.load_state_dict(state["encoder"])
+        loss.load_state_dict(state["loss"])
         optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])  # dropout and other global-RNG draws
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
         sample_gen.set_state(state["sample_gen"])
         running, running_n = state["running"]
 
@@ -111,7 +117,12 @@ def train(
                     "curve": curve,
                     "layer": layer.state_dict(),
                     "encoder": encoder.state_dict(),
+                    "loss": loss.state_dict(),
                     "optimizer": optimizer.state_dict(),
+                    "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all()
+                    if torch.cuda.is_available()
+                    else None,
                     "sample_gen": sample_gen.get_state(),
                     "running": (running, running_n),
                 }

@@ -27,6 +27,7 @@ class InBatchSampler(Sampler):
     """
 
     shared: ClassVar[bool] = True
+    uses_negatives: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.num_classes = 0
