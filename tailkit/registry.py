@@ -169,12 +169,20 @@ class Registry:
 
 
 def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
-    seen = set()
+    seen: dict[str, str] = {}
     for ep in importlib.metadata.entry_points(group=group):
-        # Editable installs can expose the same distribution twice on sys.path.
-        if ep.name not in seen:
-            seen.add(ep.name)
-            yield ep
+        dist = ep.dist.name if ep.dist else "?"
+        if ep.name in seen:
+            # Editable installs can expose the same distribution twice on sys.path: skip it.
+            # Two distributions claiming one plugin name would silently shadow each other.
+            if seen[ep.name] != dist:
+                raise PluginError(
+                    f"plugin name {ep.name!r} is declared by both distribution "
+                    f"{seen[ep.name]!r} and {dist!r}; uninstall one"
+                )
+            continue
+        seen[ep.name] = dist
+        yield ep
 
 
 def make_plugin_manager(

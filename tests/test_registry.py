@@ -118,3 +118,20 @@ def test_every_hook_is_documented_in_the_plugin_guide():
         assert hasattr(reg.pm.hook, name)
         assert f"{name}(register)" in guide
     assert "register_commands(cli)" in guide
+
+
+def test_two_distributions_with_one_plugin_name_is_an_error(monkeypatch):
+    class FakeDist:
+        def __init__(self, name):
+            self.name, self.version = name, "1.0"
+
+    def fake(name, dist):
+        ep = importlib.metadata.EntryPoint(
+            name=name, value="tailkit.plugins.losses", group="tailkit"
+        )
+        return ep._for(FakeDist(dist)) if hasattr(ep, "_for") else ep
+
+    eps = [fake("shared", "acme-one"), fake("shared", "acme-one"), fake("shared", "acme-two")]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: eps)
+    with pytest.raises(PluginError, match="'acme-one' and 'acme-two'"):
+        list(registry._entry_points("tailkit"))
