@@ -1,0 +1,50 @@
+"""Whitened correlation-matrix PCA, the feature map of the Bamler–Mandt tree (algorithms.md §1.2).
+
+The reference notebook standardises each feature, eigendecomposes the correlation matrix and
+keeps the k largest components, scaled to unit variance: x̃ = Λ^(−1/2) Vᵀ diag(1/σ) (x − μ), so
+that Cov(x̃) = I. scikit-learn computes exactly that (``StandardScaler`` then ``PCA(whiten=True)``
+with the covariance eigensolver, float64 accumulation); we fold both into one affine map
+x̃ = (x − μ') Tᵀ, which is all the sampler needs at draw time (no scikit-learn in the loop).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.decomposition import PCA
+from sklearn.preprocessing import StandardScaler
+
+
+class WhitenedPCA:
+    """Fit on the training features; ``transform`` applies the folded map."""
+
+    def __init__(self, dim: int) -> None:
+        self.requested = dim
+        self.mean: np.ndarray | None = None  # (D,) float64
+        self.transform_matrix: np.ndarray | None = None  # (k, D) float64
+
+    @property
+    def dim(self) -> int:
+        return 0 if self.transform_matrix is None else self.transform_matrix.shape[0]
+
+    def fit(self, features: np.ndarray) -> WhitenedPCA:
+        x = np.asarray(features)
+        if x.ndim != 2 or x.shape[0] < 2:
+            raise ValueError(f"PCA needs at least two feature rows, got shape {x.shape}")
+        scaler = StandardScaler().fit(x)
+        # A constant feature has no correlation to speak of; StandardScaler leaves it at 0.
+        dim = min(self.requested, x.shape[1], x.shape[0] - 1)
+        pca = PCA(n_components=dim, whiten=True, svd_solver="covariance_eigh")
+        pca.fit(scaler.transform(x).astype(np.float64, copy=False))
+        variance = pca.explained_variance_
+        keep = variance > variance[0] * 1e-10  # drop directions with no variance: 1/√0
+        components = pca.components_[keep] / np.sqrt(variance[keep])[:, None]
+        self.transform_matrix = components / scaler.scale_[None, :]
+        self.mean = scaler.mean_ + scaler.scale_ * pca.mean_
+        return self
+
+    def transform(self, features: np.ndarray) -> np.ndarray:
+        """(N, k) float32 whitened features."""
+        if self.mean is None or self.transform_matrix is None:
+            raise RuntimeError("WhitenedPCA: call fit first")
+        out = (np.asarray(features, dtype=np.float64) - self.mean) @ self.transform_matrix.T
+        return out.astype(np.float32)

@@ -1,0 +1,295 @@
+"""Bamler & Mandt's adversarial negative sampler: a probabilistic binary tree over the labels.
+
+p_n(y|x) is a balanced binary decision tree fitted on whitened PCA features (k = 16); a draw
+walks from the root to a leaf, going right at node ν with probability σ(w_ν·x̃ + b_ν), so a
+draw and its exact log-probability cost O(k log C). Negatives drawn from it are hard (likely
+under the data), and the main model's scores ξ_y(x) + log p_n(y|x) are unbiased at prediction
+(the negative-sampling loss adds it). See tree_fit.py for the fit and its two split rules.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+
+from tailkit.components import Sampler
+from tailkit.plugins.samplers.pca import WhitenedPCA
+from tailkit.plugins.samplers.tree_fit import fit_tree, tree_depth
+from tailkit.plugins.samplers.tree_kernels import path_log_prob, sample_paths
+from tailkit.validation import Constraint, Interval
+
+#: Cap on the (rows × 2^(D+1)) floats of the dense level-wise evaluation (256 MiB).
+_DENSE_BUDGET = 1 << 26
+
+
+class TreeSampler(Sampler):
+    """Adversarial negatives from a label tree fitted on PCA features (Bamler & Mandt 2020).
+
+    Options: ``k`` whitened correlation-matrix PCA dimensions (paper: 16); ``reg`` the node
+    regulariser λ_n of −λ_n(‖w‖² + b²) (paper: 0.1; the reference code's ``--reg`` is 2λ_n);
+    ``split_rule`` ``paper`` (re-split by Δ_y = w·e_y + n_y b until stable) or ``reference``
+    (the released code's split by the stale initial direction); ``frequency_reg`` scales λ_n by
+    a node's number of labels (reference ``--frequency_reg``); ``max_rounds`` caps the
+    alternation of Newton and discrete steps per node.
+
+    Draws are per example (B, m), i.i.d. from p_n(·|x); ``log_q`` is the exact log p_n of each
+    drawn label. On the CPU draws and per-label log-probabilities run in compiled kernels;
+    elsewhere (CUDA) the same walk runs as batched torch ops, level by level.
+    """
+
+    shared: ClassVar[bool] = False
+    conditional: ClassVar[bool] = True
+    constraints: ClassVar[dict[str, Constraint]] = {
+        "k": Interval(1, 1024),
+        "reg": Interval(0, None, closed="neither"),
+        "max_rounds": Interval(1, None),
+    }
+
+    def __init__(
+        self,
+        k: int = 16,
+        reg: float = 0.1,
+        split_rule: Literal["paper", "reference"] = "paper",
+        frequency_reg: bool = False,
+        max_rounds: int = 50,
+    ) -> None:
+        self.k = k
+        self.reg = reg
+        self.split_rule = split_rule
+        self.frequency_reg = frequency_reg
+        self.max_rounds = max_rounds
+        self.num_classes = 0
+        self.depth = 0
+        self._report: dict[str, Any] = {}
+        self._tables: dict[str, torch.Tensor] = {}
+        self._dense_cache: tuple[torch.Tensor, int, torch.Tensor] | None = None
+
+    # --- fitting ---------------------------------------------------------------------------
+
+    def fit(self, features: torch.Tensor | None, labels: torch.Tensor, num_classes: int) -> None:
+        """Whitened PCA on the training features, then the greedy tree fit on them."""
+        if features is None:
+            raise ValueError("the tree sampler needs the training features (it is conditional)")
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        x = features.detach().to("cpu", torch.float32).numpy()
+        y = labels.detach().reshape(-1).to("cpu", torch.int64).numpy()
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"{x.shape[0]} feature rows but {y.shape[0]} labels")
+        if y.size == 0:
+            raise ValueError("the tree sampler needs at least one training row")
+        if y.min() < 0 or y.max() >= num_classes:
+            raise ValueError(f"labels must lie in [0, {num_classes}); got values outside it")
+        start = time.perf_counter()
+        pca = WhitenedPCA(self.k).fit(x)
+        pca_seconds = time.perf_counter() - start
+        tree = fit_tree(
+            pca.transform(x),
+            y,
+            num_classes,
+            reg=self.reg,
+            split_rule=self.split_rule,
+            frequency_reg=self.frequency_reg,
+            max_rounds=self.max_rounds,
+        )
+        self.num_classes = int(num_classes)
+        self.depth = tree.depth
+        self._tables = {
+            "mean": torch.from_numpy(pca.mean.astype(np.float32)),
+            "transform": torch.from_numpy(pca.transform_matrix.astype(np.float32)),
+            "weight": torch.from_numpy(tree.weight),
+            "bias": torch.from_numpy(tree.bias),
+            "leaf_of_label": torch.from_numpy(tree.leaf_of_label),
+            "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
+        }
+        self._dense_cache = None
+        self._report = {
+            "depth": tree.depth,
+            "k": pca.dim,
+            "split_rule": self.split_rule,
+            "pca_seconds": round(pca_seconds, 4),
+            "tree_seconds": round(tree.stats["fit_tree_seconds"], 4),
+            "discrete_rounds": tree.stats["discrete_rounds"],
+            "newton_steps": tree.stats["newton_steps"],
+        }
+
+    def fit_report(self) -> dict[str, Any]:
+        return dict(self._report)
+
+    # --- the tables ------------------------------------------------------------------------
+
+    def _table(self, name: str) -> torch.Tensor:
+        if not self._tables:
+            raise RuntimeError("TreeSampler: call fit (or load_state_dict) before sampling")
+        return self._tables[name]
+
+    def whiten(self, x: torch.Tensor) -> torch.Tensor:
+        """x̃ = (x − μ) Tᵀ, the k-dim features the tree routes on, float32 contiguous."""
+        mean, transform = self._table("mean"), self._table("transform")
+        if x.shape[-1] != mean.shape[0]:
+            raise ValueError(
+                f"the tree was fitted on {mean.shape[0]}-dim features, got {x.shape[-1]}"
+            )
+        return ((x.to(mean) - mean) @ transform.t()).contiguous()
+
+    def _on_cpu(self) -> bool:
+        return self._table("weight").device.type == "cpu"
+
+    # --- sampling --------------------------------------------------------------------------
+
+    def sample(
+        self, x: torch.Tensor, y: torch.Tensor, m: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``m`` i.i.d. labels from p_n(·|x) per row: ids (B, m) and their exact log p_n."""
+        xt = self.whiten(x)
+        if self._on_cpu():
+            seed = int(torch.randint(2**62, (1,), generator=generator))
+            ids = np.empty((xt.shape[0], m), dtype=np.int64)
+            log_q = np.empty((xt.shape[0], m), dtype=np.float32)
+            sample_paths(
+                xt.numpy(),
+                self._table("weight").numpy(),
+                self._table("bias").numpy(),
+                self._table("label_of_leaf").numpy(),
+                self.depth,
+                m,
+                seed,
+                ids,
+                log_q,
+            )
+            return torch.from_numpy(ids), torch.from_numpy(log_q)
+        return self._sample_torch(xt, m, generator)
+
+    def _sample_torch(
+        self, xt: torch.Tensor, m: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same walk as batched torch ops (the CUDA path): D gathers of (B·m) node rows."""
+        weight, bias = self._table("weight"), self._table("bias")
+        rows = xt.shape[0]
+        node = torch.ones(rows, m, dtype=torch.int64, device=xt.device)
+        log_q = torch.zeros(rows, m, device=xt.device)
+        for _ in range(self.depth):
+            row = node - 1
+            z = torch.einsum("bmk,bk->bm", weight[row], xt) + bias[row]
+            u = torch.rand(rows, m, generator=generator, device=xt.device)
+            right = u < torch.sigmoid(z)
+            log_q += torch.nn.functional.logsigmoid(torch.where(right, z, -z))
+            node = 2 * node + right
+        ids = self._table("label_of_leaf")[node - (1 << self.depth)]
+        return ids, log_q
+
+    # --- log-probabilities -----------------------------------------------------------------
+
+    def log_prob(self, x: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor:
+        """log p_n(labels | x): labels (B, n) → (B, n); labels (n,) → (B, n) for every row."""
+        if x is None:
+            raise ValueError("the tree sampler is conditional: log_prob needs x")
+        rows, n = x.shape[0], labels.shape[-1]
+        if labels.dim() == 1 and n * self.depth > (2 << self.depth) // 4:
+            # Many labels for every row (evaluation): all leaves at once, level by level,
+            # costs 2^(D+1) per row instead of n·D path walks.
+            return self.log_prob_all(x).index_select(1, labels.to(x.device))
+        leaf = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
+        xt = self.whiten(x)
+        leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
+        if self._on_cpu():
+            out = np.empty((rows, n), dtype=np.float32)
+            path_log_prob(
+                xt.numpy(),
+                self._table("weight").numpy(),
+                self._table("bias").numpy(),
+                leaf.contiguous().numpy(),
+                self.depth,
+                out,
+            )
+            return torch.from_numpy(out)
+        return self._path_log_prob_torch(xt, leaf.expand(rows, n))
+
+    def _path_log_prob_torch(self, xt: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+        weight, bias = self._table("weight"), self._table("bias")
+        target = leaf + (1 << self.depth)
+        out = torch.zeros(leaf.shape, device=xt.device)
+        for level in range(self.depth):
+            row = (target >> (self.depth - level)) - 1
+            right = ((target >> (self.depth - 1 - level)) & 1).bool()
+            z = torch.einsum("bnk,bk->bn", weight[row], xt) + bias[row]
+            out += torch.nn.functional.logsigmoid(torch.where(right, z, -z))
+        return out
+
+    def log_prob_all(self, x: torch.Tensor) -> torch.Tensor:
+        """log p_n(y|x) for every label y, (B, C), computed level by level in row blocks.
+
+        The last block's result is cached (keyed on the very tensor ``x`` and its version),
+        because evaluation asks for one label chunk after another of the same rows.
+        """
+        cached = self._dense_cache
+        if cached is not None and cached[0] is x and cached[1] == x._version:
+            return cached[2]
+        block = max(1, _DENSE_BUDGET // (2 << self.depth))
+        labels_at = self._table("leaf_of_label").to(x.device)
+        parts = [
+            self._leaf_log_prob(self.whiten(x[lo : lo + block])).index_select(1, labels_at)
+            for lo in range(0, x.shape[0], block)
+        ]
+        out = torch.cat(parts) if len(parts) > 1 else parts[0]
+        self._dense_cache = (x, x._version, out)
+        return out
+
+    def _leaf_log_prob(self, xt: torch.Tensor) -> torch.Tensor:
+        """(b, 2^D) log-probabilities of every leaf: children = parent + log σ(∓z)."""
+        z = torch.addmm(self._table("bias"), xt, self._table("weight").t())
+        lp = torch.zeros(xt.shape[0], 1, device=xt.device)
+        for level in range(self.depth):
+            zl = z[:, (1 << level) - 1 : (2 << level) - 1]
+            lp = torch.stack(
+                [
+                    lp + torch.nn.functional.logsigmoid(-zl),
+                    lp + torch.nn.functional.logsigmoid(zl),
+                ],
+                dim=2,
+            ).reshape(xt.shape[0], -1)
+        return lp
+
+    # --- state -----------------------------------------------------------------------------
+
+    def to(self, device: torch.device) -> TreeSampler:
+        self._tables = {k: v.to(device) for k, v in self._tables.items()}
+        self._dense_cache = None
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        self._table("weight")
+        return {
+            "num_classes": self.num_classes,
+            "depth": self.depth,
+            "report": self._report,
+            **{k: v.cpu() for k, v in self._tables.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        c, depth = int(state["num_classes"]), int(state["depth"])
+        shapes = {
+            "weight": (2**depth - 1, None),
+            "bias": (2**depth - 1,),
+            "leaf_of_label": (c,),
+            "label_of_leaf": (2**depth,),
+        }
+        for key, shape in shapes.items():
+            got = tuple(state[key].shape)
+            mismatch = len(got) != len(shape) or any(
+                s is not None and g != s for g, s in zip(got, shape, strict=True)
+            )
+            if mismatch:
+                raise ValueError(f"tree sampler state: {key} has shape {got}, expected {shape}")
+        if depth != tree_depth(c):
+            raise ValueError(f"tree sampler state: depth {depth} does not fit {c} labels")
+        self.num_classes, self.depth = c, depth
+        self._report = dict(state.get("report", {}))
+        self._tables = {
+            k: state[k]
+            for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
+        }
+        self._dense_cache = None
