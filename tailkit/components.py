@@ -82,6 +82,10 @@ class Sampler:
     def fit(self, features: torch.Tensor | None, labels: torch.Tensor, num_classes: int) -> None:
         """Fit on the training split. ``labels`` is (N,) int64; features (N, D) or None."""
 
+    def fit_report(self) -> dict[str, Any]:
+        """Facts about the fit for ``metrics/sampler.json`` (JSON values); none by default."""
+        return {}
+
     def sample(
         self, x: torch.Tensor, y: torch.Tensor, m: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,8 +18,9 @@ def test_plugins_prints_json_of_builtin_plugins():
     result = CliRunner().invoke(cli, ["plugins"])
     assert result.exit_code == 0
     plugins = {p["name"]: p for p in json.loads(result.output)}
-    assert plugins["tailkit.samplers"]["registered"]["samplers"] == [
+    assert sorted(plugins["tailkit.samplers"]["registered"]["samplers"]) == [
         "in-batch",
+        "tree",
         "uniform",
         "unigram",
     ]

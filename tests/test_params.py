@@ -40,7 +40,7 @@ def _with(path: str, value):
         ("train.batch_size", 0, r"train\.batch_size: got 0"),
         ("train.bacth_size", 3, r"train: unknown key 'bacth_size'; allowed keys are .*batch_size"),
         ("experiments.softmax.negatives", -1, r"experiments\.softmax\.negatives: got -1"),
-        ("experiments.softmax.sampler", "tree", r"experiments\.softmax\.sampler: got 'tree'"),
+        ("experiments.softmax.sampler", "hsm", r"experiments\.softmax\.sampler: got 'hsm'"),
         ("experiments.softmax.loss", 3, r"experiments\.softmax\.loss: got 3"),
         ("base.device", "tpu", r"base\.device: got 'tpu'"),
         ("samplers.none", {"name": "uniform"}, r"samplers\.none: the name 'none' is reserved"),

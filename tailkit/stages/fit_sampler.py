@@ -3,7 +3,9 @@
 Each lands in ``data/sampler/<key>/`` (its config and fitted state); ``data/sampler/none/``
 stands for experiments without negatives, so every ``train@<experiment>`` can depend on exactly
 its own sampler directory. ``metrics/sampler.json`` records, per sampler, the fit time and the
-mean log q(y|x) of the true labels on the training and validation splits.
+mean log q(y|x) of the true labels on the training and validation splits (log-likelihood per
+example), plus whatever the sampler's ``fit_report()`` adds (the tree: depth, k, split rule,
+PCA and tree-fit seconds, discrete rounds and Newton steps).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
                 "fit_seconds": round(fit_seconds, 4),
                 "train_log_likelihood": mean_log_prob(sampler, train.x, train.labels),
                 "val_log_likelihood": mean_log_prob(sampler, val.x, val.labels),
+                **sampler.fit_report(),
             }
     write_json(layout.sampler_metrics, report)
     return report

@@ -5,6 +5,7 @@ from tailkit.hookspecs import hookimpl
 
 @hookimpl
 def register_losses(register):
+    from tailkit.plugins.losses.nce import NCE
     from tailkit.plugins.losses.negative_sampling import NegativeSampling
     from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
     from tailkit.plugins.losses.softmax import SoftmaxCE
@@ -12,3 +13,4 @@ def register_losses(register):
     register("softmax", SoftmaxCE)
     register("sampled-softmax", SampledSoftmax)
     register("negative-sampling", NegativeSampling)
+    register("nce", NCE)

@@ -106,6 +106,7 @@ class TreeSampler(Sampler):
             "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
         }
         self._dense_cache = None
+        self._warm_up()
         self._report = {
             "depth": tree.depth,
             "k": pca.dim,
@@ -293,3 +294,11 @@ class TreeSampler(Sampler):
             for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
         }
         self._dense_cache = None
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Compile (or load from numba's cache) the kernels now, not inside a timed step."""
+        if self._on_cpu():
+            x = self._table("mean").unsqueeze(0)
+            self.sample(x, torch.zeros(1, dtype=torch.int64), 1, torch.Generator())
+            self.log_prob(x, torch.zeros(1, 1, dtype=torch.int64))

@@ -29,7 +29,7 @@ _INV_2_53 = 1.0 / 9007199254740992.0
 _SMALL = 1e-200  # below this the running product is folded into the log
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", fastmath=True)
 def _uniform(seed, counter):
     """splitmix64(seed + counter·γ) → a float64 in [0, 1) with 53 random bits."""
     z = seed + (counter + np.uint64(1)) * _GAMMA
@@ -39,7 +39,7 @@ def _uniform(seed, counter):
     return float(z >> np.uint64(11)) * _INV_2_53
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", fastmath=True)
 def _node_logit(x, i, weight, bias, row):
     z = bias[row]
     for a in range(x.shape[1]):
@@ -47,7 +47,7 @@ def _node_logit(x, i, weight, bias, row):
     return z
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", fastmath=True)
 def _branch_probs(z):
     """(σ(−z), σ(z)) computed without cancellation: one exp of −|z|."""
     e = math.exp(-abs(z))
@@ -57,7 +57,7 @@ def _branch_probs(z):
     return inv, e * inv
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, fastmath=True)
 def sample_paths(x, weight, bias, label_of_leaf, depth, m, seed, out_ids, out_log_q):
     """Draw ``m`` labels per row of ``x`` (B, k): ids (B, m) int64 and log q (B, m) float32.
 
@@ -91,7 +91,7 @@ def sample_paths(x, weight, bias, label_of_leaf, depth, m, seed, out_ids, out_lo
             out_log_q[i, j] = log_acc[j] + math.log(prob[j])
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, fastmath=True)
 def path_log_prob(x, weight, bias, leaf, depth, out):
     """log p(leaf | x) for leaves (B, n) given per row, or (1, n) shared by all rows → (B, n)."""
     rows = x.shape[0]
