@@ -27,7 +27,11 @@ TINY_PARAMS = {
     },
     "subsample": {"profile": "natural", "val_fraction": 0.15, "test_fraction": 0.15},
     "featurize": {"name": "rff", "dim": 32, "bandwidth": 1.0},
-    "samplers": {"uniform": {"name": "uniform"}, "in-batch": {"name": "in-batch"}},
+    "samplers": {
+        "uniform": {"name": "uniform"},
+        "in-batch": {"name": "in-batch"},
+        "tree": {"name": "tree", "k": 4},
+    },
     "train": {"epochs": 2, "batch_size": 128, "eval_every": 10, "val_rows": 300},
     "evaluate": {"batch_size": 256, "label_chunk": 7},
     "experiments": {
@@ -40,6 +44,12 @@ TINY_PARAMS = {
             "loss": {"name": "sampled-softmax"},
             "sampler": "uniform",
             "negatives": 8,
+            "optimizer": {"name": "adagrad", "lr": 0.1},
+        },
+        "adversarial": {
+            "loss": {"name": "negative-sampling", "reg": 0.001},
+            "sampler": "tree",
+            "negatives": 4,
             "optimizer": {"name": "adagrad", "lr": 0.1},
         },
     },
@@ -76,6 +86,7 @@ def make_project(path: Path, params: dict) -> Path:
     """A git + DVC repo holding our dvc.yaml, the package sources it depends on, and params."""
     path.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "dvc.yaml", path / "dvc.yaml")
+    shutil.copy(ROOT / ".dvcignore", path / ".dvcignore")  # __pycache__ (numba's too) is not a dep
     shutil.copytree(
         ROOT / "tailkit", path / "tailkit", ignore=shutil.ignore_patterns("__pycache__")
     )

@@ -34,6 +34,14 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
     assert "| softmax |" in summary and "| sampled |" in summary
     sampler = json.loads((tiny_project / "metrics" / "sampler.json").read_text())
     assert sampler["uniform"]["train_log_likelihood"] == pytest.approx(-3.4012, abs=1e-3)
+    # The tree: 30 labels need depth 5; it models p(y|x) far better than uniform does.
+    tree = sampler["tree"]
+    assert (tree["depth"], tree["k"], tree["split_rule"]) == (5, 4, "paper")
+    assert tree["val_log_likelihood"] > sampler["uniform"]["val_log_likelihood"] + 0.5
+    # Negative sampling from it: bias-corrected scores, and the uncorrected ones beside them.
+    adversarial = json.loads((tiny_project / "metrics" / "adversarial.json").read_text())
+    assert adversarial["test"]["accuracy"] > 3 / 30
+    assert adversarial["uncorrected"]["log_likelihood"] != adversarial["test"]["log_likelihood"]
     assert "up to date" in run(["dvc", "status"], tiny_project).stdout
 
 

@@ -316,3 +316,15 @@ def test_bad_input_is_a_clear_error() -> None:
         s.fit(torch.randn(3, 2), torch.tensor([0, 1, 5]), 3)
     with pytest.raises(RuntimeError, match="call fit"):
         s.sample(torch.randn(2, 2), torch.zeros(2), 3, torch.Generator())
+
+
+def test_evaluation_without_the_cache_gives_the_same_scores(sampler, monkeypatch) -> None:
+    """Past the cache budget (large C), label chunks are scored block by block, uncached."""
+    import tailkit.plugins.samplers.tree as tree_module
+
+    x, _ = clustered(C, 40, DIM, seed=9)
+    cached = sampler.log_prob(x, torch.arange(C))
+    monkeypatch.setattr(tree_module, "_CACHE_BUDGET", 0)
+    monkeypatch.setattr(tree_module, "_DENSE_BUDGET", 64)  # 2 rows per block
+    chunk = torch.arange(3, 11)
+    torch.testing.assert_close(sampler.log_prob(x, chunk), cached[:, 3:11])

@@ -23,6 +23,8 @@ from tailkit.validation import Constraint, Interval
 
 #: Cap on the (rows × 2^(D+1)) floats of the dense level-wise evaluation (256 MiB).
 _DENSE_BUDGET = 1 << 26
+#: Largest (rows × C) table of all labels' log-probabilities kept between label chunks (1 GiB).
+_CACHE_BUDGET = 1 << 28
 
 
 class TreeSampler(Sampler):
@@ -192,7 +194,17 @@ class TreeSampler(Sampler):
         if labels.dim() == 1 and n * self.depth > (2 << self.depth) // 4:
             # Many labels for every row (evaluation): all leaves at once, level by level,
             # costs 2^(D+1) per row instead of n·D path walks.
-            return self.log_prob_all(x).index_select(1, labels.to(x.device))
+            labels = labels.to(x.device)
+            if rows * self.num_classes <= _CACHE_BUDGET:
+                return self.log_prob_all(x).index_select(1, labels)
+            leaves = self._table("leaf_of_label").to(x.device).index_select(0, labels)
+            block = self._dense_rows()
+            return torch.cat(
+                [
+                    self._leaf_log_prob(self.whiten(x[lo : lo + block])).index_select(1, leaves)
+                    for lo in range(0, rows, block)
+                ]
+            )
         leaf = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
         xt = self.whiten(x)
         leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
@@ -223,13 +235,13 @@ class TreeSampler(Sampler):
     def log_prob_all(self, x: torch.Tensor) -> torch.Tensor:
         """log p_n(y|x) for every label y, (B, C), computed level by level in row blocks.
 
-        The last block's result is cached (keyed on the very tensor ``x`` and its version),
+        ``log_prob`` uses it while B × C stays under 1 GiB; the last result is cached (keyed on the very tensor ``x`` and its version),
         because evaluation asks for one label chunk after another of the same rows.
         """
         cached = self._dense_cache
         if cached is not None and cached[0] is x and cached[1] == x._version:
             return cached[2]
-        block = max(1, _DENSE_BUDGET // (2 << self.depth))
+        block = self._dense_rows()
         labels_at = self._table("leaf_of_label").to(x.device)
         parts = [
             self._leaf_log_prob(self.whiten(x[lo : lo + block])).index_select(1, labels_at)
@@ -238,6 +250,9 @@ class TreeSampler(Sampler):
         out = torch.cat(parts) if len(parts) > 1 else parts[0]
         self._dense_cache = (x, x._version, out)
         return out
+
+    def _dense_rows(self) -> int:
+        return max(1, _DENSE_BUDGET // (2 << self.depth))
 
     def _leaf_log_prob(self, xt: torch.Tensor) -> torch.Tensor:
         """(b, 2^D) log-probabilities of every leaf: children = parent + log σ(∓z)."""
