@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_losses import SEEDS, SHAPES, np_softplus, random_sampled, to_input
 
-from tailkit.components import LossInput
+from tailkit.components import LossInput, PredictionContext, Sampler
 from tailkit.plugins.losses.nce import NCE
 
 
@@ -89,3 +89,19 @@ def test_nce_needs_log_q() -> None:
     batch.neg_log_q = None
     with pytest.raises(ValueError, match=r"NCE needs batch\.pos_log_q and batch\.neg_log_q"):
         NCE()(batch)
+
+
+def test_nce_corrects_at_prediction_only_when_asked() -> None:
+    class Fixed(Sampler):
+        conditional = True
+
+        def log_prob(self, x, labels):
+            return torch.full((x.shape[0], labels.shape[-1]), -2.0)
+
+    scores = torch.zeros(3, 4)
+    ctx = PredictionContext(log_prior=torch.zeros(4), sampler=Fixed())
+    x, ids = torch.zeros(3, 2), torch.arange(4)
+    assert torch.equal(NCE().adjust_scores(scores, x, ids, ctx), scores)
+    corrected = NCE(correct_at_prediction=True)
+    assert corrected.adjusts_scores
+    assert torch.equal(corrected.adjust_scores(scores, x, ids, ctx), torch.full((3, 4), -2.0))

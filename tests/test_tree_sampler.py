@@ -193,10 +193,11 @@ def test_newton_increases_the_node_objective_monotonically_to_its_maximum() -> N
     theta = np.zeros(6)
     theta[0] = 5.0  # a poor start, so that the step cap and the line search are exercised
     trace = np.empty(101)
-    steps = newton_fit(x, zeta, theta, 0.1, 100, trace)
+    steps = newton_fit(x, zeta, theta, 0.1, 100, trace, np.empty((6, 6)))
     values = trace[: steps + 1]
     assert steps >= 3
-    assert np.all(np.diff(values) >= 0.0), values
+    # Non-decreasing up to the rounding of a sum over 3000 points.
+    assert np.all(np.diff(values) >= -1e-12 * np.abs(values[1:])), values
     assert values[-1] == pytest.approx(node_objective(x, zeta, theta, 0.1), rel=1e-12)
     # A maximum: the gradient of the independent objective vanishes, every nudge lowers it.
     for a, eps in itertools.product(range(6), (1e-4, -1e-4)):
@@ -210,7 +211,7 @@ def test_regulariser_convention_is_the_papers() -> None:
     x = np.zeros((0, 3), dtype=np.float32)
     theta = np.array([1.0, -2.0, 0.5, 3.0])
     trace = np.empty(11)
-    newton_fit(x, np.zeros(0), theta, 0.25, 10, trace)
+    newton_fit(x, np.zeros(0), theta, 0.25, 10, trace, np.empty((4, 4)))
     assert trace[0] == pytest.approx(-0.25 * (1 + 4 + 0.25 + 9))
     np.testing.assert_allclose(theta, 0.0, atol=1e-12)
 

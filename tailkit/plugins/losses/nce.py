@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput
+from tailkit.components import Loss, LossInput, PredictionContext
 from tailkit.validation import Constraint, Interval
 
 
@@ -24,7 +24,14 @@ class NCE(Loss):
     normaliser c fixed at 0: one noise sample per data point (noise ratio 1), averaged over the
     n draws to lower the variance. Its optimum is σ(ξ − log q) = p/(p + q), i.e. ξ_y(x) =
     log p(y|x) itself (NCE self-normalises), so ξ alone is used at prediction: the paper's NCE
-    "uses the base distribution only during training"; no prediction-time adjustment. The
+    "uses the base distribution only during training" (``correct_at_prediction=False``).
+
+    The catch with a conditional q such as the tree: a label that q never proposes near x and
+    that is not x's label gets no gradient there, so its score stays at its initial value
+    (≈ 0), above the log p < 0 of every trained label, and top-1 accuracy collapses. The
+    reference code as wired (train.py maps ``supervised_nce`` to the negative-sampling model
+    class) adds log p_n(y|x) at evaluation, which hides this; ``correct_at_prediction=True``
+    reproduces that behaviour. The
     regulariser acts on the raw scores (λ = ``reg``, no factor ½); no gradient flows into q.
 
     Unlike negative sampling, NCE needs log q even for an unconditional proposal.
@@ -40,11 +47,13 @@ class NCE(Loss):
         reg: float = 1e-3,
         reduction: Literal["sum", "mean"] = "sum",
         mask_hits: bool = True,
+        correct_at_prediction: bool = False,
     ) -> None:
         super().__init__()
         self.reg = reg
         self.reduction = reduction
         self.mask_hits = mask_hits
+        self.correct_at_prediction = correct_at_prediction
 
     def forward(self, batch: LossInput) -> torch.Tensor:
         pos, neg = batch.pos_logits, batch.neg_logits
@@ -61,5 +70,23 @@ class NCE(Loss):
         per_example = F.softplus(pos_lq - pos) + self.reg * pos.square() + neg_terms.sum(dim=1) / n
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
 
+    def adjust_scores(
+        self,
+        scores: torch.Tensor,
+        x: torch.Tensor,
+        label_ids: torch.Tensor,
+        ctx: PredictionContext,
+    ) -> torch.Tensor:
+        if not self.correct_at_prediction or ctx.sampler is None:
+            return scores
+        return scores + ctx.sampler.log_prob(x, label_ids).to(scores)
+
+    @property
+    def adjusts_scores(self) -> bool:
+        return self.correct_at_prediction
+
     def extra_repr(self) -> str:
-        return f"reg={self.reg:g}, reduction={self.reduction!r}, mask_hits={self.mask_hits}"
+        return (
+            f"reg={self.reg:g}, reduction={self.reduction!r}, mask_hits={self.mask_hits}, "
+            f"correct_at_prediction={self.correct_at_prediction}"
+        )

@@ -73,8 +73,8 @@ def tree_depth(num_classes: int) -> int:
 
 
 @numba.njit(cache=True, fastmath=True)
-def _evaluate(x, zeta, theta, reg, grad, hess):
-    """L_ν(θ); fills grad (k+1) and the negative Hessian (k+1, k+1) in one pass over x.
+def _evaluate(x, zeta, theta, reg, grad, hess, with_hessian):
+    """L_ν(θ); fills grad (k+1) and, if ``with_hessian``, the negative Hessian (k+1, k+1).
 
     One exp and one log1p per point: with e = exp(−|t|), log σ(t) = min(t, 0) − log1p(e) and
     σ(−t) is e/(1+e) or 1/(1+e). The Hessian is accumulated as a full rank-1 update (a
@@ -83,7 +83,8 @@ def _evaluate(x, zeta, theta, reg, grad, hess):
     n, k = x.shape
     k1 = k + 1
     grad[:] = 0.0
-    hess[:, :] = 0.0
+    if with_hessian:
+        hess[:, :] = 0.0
     value = 0.0
     feat = np.empty(k1)
     feat[k] = 1.0
@@ -99,17 +100,37 @@ def _evaluate(x, zeta, theta, reg, grad, hess):
         inv = 1.0 / (1.0 + e)
         s_neg = e * inv if t > 0.0 else inv
         g = zeta[i] * s_neg
-        curv = e * inv * inv
         for a in range(k1):
             grad[a] += g * feat[a]
-            ca = curv * feat[a]
-            for c in range(k1):
-                hess[a, c] += ca * feat[c]
+        if with_hessian:
+            curv = e * inv * inv
+            for a in range(k1):
+                ca = curv * feat[a]
+                for c in range(k1):
+                    hess[a, c] += ca * feat[c]
     sq = 0.0
     for a in range(k1):
         sq += theta[a] * theta[a]
         grad[a] -= 2.0 * reg * theta[a]
-        hess[a, a] += 2.0 * reg
+        if with_hessian:
+            hess[a, a] += 2.0 * reg
+    return value - reg * sq
+
+
+@numba.njit(cache=True, fastmath=True)
+def _value(x, zeta, theta, reg):
+    """L_ν(θ) alone: the cheap pass the line search needs after a rejected step."""
+    n, k = x.shape
+    value = 0.0
+    for i in range(n):
+        z = theta[k]
+        for a in range(k):
+            z += theta[a] * x[i, a]
+        t = zeta[i] * z
+        value += min(t, 0.0) - math.log1p(math.exp(-abs(t)))
+    sq = 0.0
+    for a in range(k + 1):
+        sq += theta[a] * theta[a]
     return value - reg * sq
 
 
@@ -141,8 +162,16 @@ def _solve_spd(a, rhs, out):
 
 
 @numba.njit(cache=True)
-def newton_fit(x, zeta, theta, reg, max_iter, trace):
+def newton_fit(x, zeta, theta, reg, max_iter, trace, hess, hessian_ready=False):
     """Maximise L_ν over θ in place by damped Newton ascent; returns the number of steps.
+
+    ``hess`` (k+1, k+1) holds the negative Hessian between calls: it depends on θ only, not on
+    the split ζ (the curvature of log σ(ζz) is σ(z)σ(−z) either way), so after a re-split the
+    previous fit's last Hessian, computed at a nearby θ, is reused (``hessian_ready``). It is
+    recomputed after a step longer than 0.1 and every 8th step; in between the step is a Newton step with
+    a slightly stale Hessian, which still ascends (the line search sees to it) on the exact
+    gradient, so the optimum reached is the same. The 17 × 17 rank-1 update per point is ~90 %
+    of a full pass, so this roughly halves the fit.
 
     ``trace`` (max_iter + 1,) receives L_ν after each accepted step (trace[0] at the start),
     NaN beyond the last one. Stops when the Newton decrement falls below 1e-10 (1 + |L_ν|), or
@@ -150,15 +179,14 @@ def newton_fit(x, zeta, theta, reg, max_iter, trace):
     """
     k1 = theta.shape[0]
     grad = np.empty(k1)
-    hess = np.empty((k1, k1))
     grad_new = np.empty(k1)
-    hess_new = np.empty((k1, k1))
     step = np.empty(k1)
     trial = np.empty(k1)
     trace[:] = np.nan
-    value = _evaluate(x, zeta, theta, reg, grad, hess)
+    value = _evaluate(x, zeta, theta, reg, grad, hess, not hessian_ready)
     trace[0] = value
     steps = 0
+    since_hessian = 0
     for it in range(max_iter):
         _solve_spd(hess, grad, step)
         # The Newton decrement g·H⁻¹g is twice the gain a full step would bring near the
@@ -174,21 +202,31 @@ def newton_fit(x, zeta, theta, reg, max_iter, trace):
         if norm > 1.0:  # far from the optimum Newton overshoots; the reference's unit cap
             for a in range(k1):
                 step[a] /= norm
-        accepted = False
-        for _ in range(20):
-            for a in range(k1):
-                trial[a] = theta[a] + step[a]
-            new_value = _evaluate(x, zeta, trial, reg, grad_new, hess_new)
-            if new_value >= value:
-                accepted = True
-                break
+        # The full step usually succeeds (one pass for value, gradient and Hessian); after a
+        # rejection, trial values come from the cheap value-only pass.
+        for a in range(k1):
+            trial[a] = theta[a] + step[a]
+        since_hessian += 1
+        fresh = norm > 0.1 or since_hessian >= 8
+        new_value = _evaluate(x, zeta, trial, reg, grad_new, hess, fresh)
+        accepted = new_value >= value
+        halvings = 0
+        while not accepted and halvings < 30:
+            halvings += 1
             for a in range(k1):
                 step[a] *= 0.5
+                trial[a] = theta[a] + step[a]
+            new_value = _value(x, zeta, trial, reg)
+            accepted = new_value >= value
         if not accepted:  # at machine precision: no step improves L_ν any more
             break
+        if halvings > 0:
+            fresh = True
+            new_value = _evaluate(x, zeta, trial, reg, grad_new, hess, True)
+        if fresh:
+            since_hessian = 0
         theta[:] = trial
         grad[:] = grad_new
-        hess[:, :] = hess_new
         value = new_value
         steps += 1
         trace[it + 1] = value
@@ -322,6 +360,7 @@ def _fit_node(x, local_label, n_labels, leaves, reg, rule, max_rounds, max_iter,
             negatives += 1
     zeta = np.empty(n)
     trace = np.empty(max_iter + 1)
+    hess = np.empty((k + 1, k + 1))
     new_side = np.empty(c, dtype=np.int64)
     delta = np.empty(c)
     rounds = 0
@@ -330,7 +369,7 @@ def _fit_node(x, local_label, n_labels, leaves, reg, rule, max_rounds, max_iter,
         rounds += 1
         for i in range(n):
             zeta[i] = 1.0 if side[local_label[i]] == 1 else -1.0
-        steps += newton_fit(x, zeta, theta, reg, max_iter, trace)
+        steps += newton_fit(x, zeta, theta, reg, max_iter, trace, hess, rounds > 1)
         if rounds >= max_rounds:
             break
         if rule == PAPER:
