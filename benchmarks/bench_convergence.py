@@ -130,7 +130,7 @@ def run_method(registry, name: str, data: dict, args, fitted: dict) -> dict:
     def fresh_layer() -> OutputLayer:
         return OutputLayer(c, encoder.out_dim, generator=torch.Generator().manual_seed(0))
 
-    # Probe the step time to spread ~40 evaluations over the budget.
+    # Probe the step time to spread ``--evals`` evaluations over the budget.
     probe_steps = 3 if name == "softmax" else 30
     probe = train(
         cfg=LoopConfig(name, epochs=1e9, batch_size=args.batch, negatives=args.negatives,
@@ -145,7 +145,7 @@ def run_method(registry, name: str, data: dict, args, fitted: dict) -> dict:
     steps = max(2, int(budget / step_seconds))
     result = train(
         cfg=LoopConfig(name, epochs=1e9, batch_size=args.batch, negatives=args.negatives,
-                       max_steps=steps, eval_every=max(1, steps // 40), checkpoint_every=10**9),
+                       max_steps=steps, eval_every=max(1, steps // args.evals), checkpoint_every=10**9),
         encoder=encoder, layer=fresh_layer(), loss=loss, sampler=sampler,
         optimizer=RowSparseAdagrad(lr=args.lr), x_train=data["x_train"],
         y_train=data["y_train"], x_val=data["x_val"], y_val=data["y_val"],
@@ -258,6 +258,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100_000)
     parser.add_argument("--examples", type=int, default=1_000_000)
     parser.add_argument("--val-rows", type=int, default=2000)
+    parser.add_argument("--evals", type=int, default=40, help="points per learning curve")
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--negatives", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.1)

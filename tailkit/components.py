@@ -143,6 +143,15 @@ class PredictionContext:
     log_prior: torch.Tensor
     sampler: Sampler | None = None
 
+    def add_log_q(
+        self, scores: torch.Tensor, x: torch.Tensor, label_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """scores + log q(label | x) from the sampler (Bamler–Mandt's bias removal); the scores
+        unchanged when there is no sampler."""
+        if self.sampler is None:
+            return scores
+        return scores + self.sampler.log_prob(x, label_ids).to(scores)
+
 
 class Loss(torch.nn.Module):
     """A training objective over the output layer's logits.

@@ -80,9 +80,7 @@ class NegativeSampling(Loss):
         label_ids: torch.Tensor,
         ctx: PredictionContext,
     ) -> torch.Tensor:
-        if ctx.sampler is None:
-            return scores
-        return scores + ctx.sampler.log_prob(x, label_ids).to(scores)
+        return ctx.add_log_q(scores, x, label_ids)
 
     @property
     def adjusts_scores(self) -> bool:

@@ -100,9 +100,7 @@ class SampledSoftmax(Loss):
         label_ids: torch.Tensor,
         ctx: PredictionContext,
     ) -> torch.Tensor:
-        if not self.correct_at_prediction or ctx.sampler is None:
-            return scores
-        return scores + ctx.sampler.log_prob(x, label_ids).to(scores)
+        return ctx.add_log_q(scores, x, label_ids) if self.correct_at_prediction else scores
 
     @property
     def adjusts_scores(self) -> bool:
