@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput, PredictionContext
-from tailkit.validation import Constraint, Interval
+from tailkit.components import LossInput, PredictionContext
+from tailkit.plugins.losses.negative_sampling import NegativeSampling
 
 
-class NCE(Loss):
+class NCE(NegativeSampling):
     """NCE against the sampler's q (Gutmann & Hyvärinen 2010), as Bamler & Mandt's baseline.
 
     The model's score ξ is trained as the logit of a data-vs-noise classifier whose noise
@@ -38,9 +38,6 @@ class NCE(Loss):
     ``reduction="sum"`` (the reference's) sums over the batch; ``"mean"`` divides by B.
     """
 
-    mode = "sampled"
-    constraints: ClassVar[dict[str, Constraint]] = {"reg": Interval(0, None)}
-
     def __init__(
         self,
         *,
@@ -49,26 +46,18 @@ class NCE(Loss):
         mask_hits: bool = True,
         correct_at_prediction: bool = False,
     ) -> None:
-        super().__init__()
-        self.reg = reg
-        self.reduction = reduction
-        self.mask_hits = mask_hits
+        super().__init__(reg=reg, reduction=reduction, mask_hits=mask_hits)
         self.correct_at_prediction = correct_at_prediction
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
-        pos, neg = batch.pos_logits, batch.neg_logits
-        if pos is None or neg is None:
-            raise ValueError("NCE needs batch.pos_logits (B,) and batch.neg_logits (B, m)")
+    def log_q(self, batch: LossInput, pos: torch.Tensor, neg: torch.Tensor):
+        """NCE needs log q whether or not the sampler is conditional."""
         if batch.pos_log_q is None or batch.neg_log_q is None:
             raise ValueError("NCE needs batch.pos_log_q and batch.neg_log_q from the sampler")
-        n = neg.shape[1]
-        pos_lq = batch.pos_log_q.detach().to(pos)
-        neg_lq = batch.neg_log_q.detach().to(neg)
-        neg_terms = F.softplus(neg - neg_lq) + self.reg * neg.square()
-        if self.mask_hits and batch.hits is not None:
-            neg_terms = torch.where(batch.hits.to(torch.bool), 0.0, neg_terms)
-        per_example = F.softplus(pos_lq - pos) + self.reg * pos.square() + neg_terms.sum(dim=1) / n
-        return per_example.sum() if self.reduction == "sum" else per_example.mean()
+        return batch.pos_log_q.detach().to(pos), batch.neg_log_q.detach().to(neg)
+
+    def terms(self, pos, neg, pos_lq, neg_lq) -> tuple[torch.Tensor, torch.Tensor]:
+        pos_term = F.softplus(pos_lq - pos) + self.reg * pos.square()
+        return pos_term, F.softplus(neg - neg_lq) + self.reg * neg.square()
 
     def adjust_scores(
         self,

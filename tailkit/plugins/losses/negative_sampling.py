@@ -52,26 +52,32 @@ class NegativeSampling(Loss):
         pos, neg = batch.pos_logits, batch.neg_logits
         if pos is None or neg is None:
             raise ValueError(
-                "NegativeSampling needs batch.pos_logits (B,) and batch.neg_logits (B, m)"
+                f"{type(self).__name__} needs batch.pos_logits (B,) and batch.neg_logits (B, m)"
             )
-        n = neg.shape[1]
-        if batch.sampler_conditional:
-            if batch.pos_log_q is None or batch.neg_log_q is None:
-                raise ValueError(
-                    "a conditional sampler must provide batch.pos_log_q and batch.neg_log_q"
-                )
-            # p_n is a fixed auxiliary model here; the main loss must not train it.
-            pos_shifted = pos + batch.pos_log_q.detach().to(pos)
-            neg_shifted = neg + batch.neg_log_q.detach().to(neg)
-        else:
-            pos_shifted, neg_shifted = pos, neg
-        neg_terms = F.softplus(neg) + self.reg * neg_shifted.square()
+        pos_term, neg_terms = self.terms(pos, neg, *self.log_q(batch, pos, neg))
         if self.mask_hits and batch.hits is not None:
             # Selecting instead of multiplying by a 0/1 mask keeps a hit's term exactly zero
             # even if it overflowed to inf.
             neg_terms = torch.where(batch.hits.to(torch.bool), 0.0, neg_terms)
-        per_example = F.softplus(-pos) + self.reg * pos_shifted.square() + neg_terms.sum(dim=1) / n
+        per_example = pos_term + neg_terms.sum(dim=1) / neg.shape[1]
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
+
+    def log_q(self, batch: LossInput, pos: torch.Tensor, neg: torch.Tensor):
+        """lp of the positive and the negatives: log q when the sampler is conditional, else 0
+        (the reference's uniform and frequency baselines). Never a gradient into q."""
+        if not batch.sampler_conditional:
+            return 0.0, 0.0
+        if batch.pos_log_q is None or batch.neg_log_q is None:
+            raise ValueError(
+                "a conditional sampler must provide batch.pos_log_q and batch.neg_log_q"
+            )
+        # p_n is a fixed auxiliary model here; the main loss must not train it.
+        return batch.pos_log_q.detach().to(pos), batch.neg_log_q.detach().to(neg)
+
+    def terms(self, pos, neg, pos_lq, neg_lq) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-example positive terms (B,) and per-negative terms (B, m), before masking."""
+        pos_term = F.softplus(-pos) + self.reg * (pos + pos_lq).square()
+        return pos_term, F.softplus(neg) + self.reg * (neg + neg_lq).square()
 
     def adjust_scores(
         self,
