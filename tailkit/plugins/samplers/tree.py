@@ -197,14 +197,7 @@ class TreeSampler(Sampler):
             labels = labels.to(x.device)
             if rows * self.num_classes <= _CACHE_BUDGET:
                 return self.log_prob_all(x).index_select(1, labels)
-            leaves = self._table("leaf_of_label").to(x.device).index_select(0, labels)
-            block = self._dense_rows()
-            return torch.cat(
-                [
-                    self._leaf_log_prob(self.whiten(x[lo : lo + block])).index_select(1, leaves)
-                    for lo in range(0, rows, block)
-                ]
-            )
+            return self._dense_log_prob(x, self._table("leaf_of_label").to(x.device)[labels])
         leaf = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
         xt = self.whiten(x)
         leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
@@ -235,24 +228,26 @@ class TreeSampler(Sampler):
     def log_prob_all(self, x: torch.Tensor) -> torch.Tensor:
         """log p_n(y|x) for every label y, (B, C), computed level by level in row blocks.
 
-        ``log_prob`` uses it while B × C stays under 1 GiB; the last result is cached (keyed on the very tensor ``x`` and its version),
-        because evaluation asks for one label chunk after another of the same rows.
+        ``log_prob`` uses it while B × C stays under 1 GiB; the last result is cached (keyed on
+        the very tensor ``x`` and its version), because evaluation asks for one label chunk
+        after another of the same rows.
         """
         cached = self._dense_cache
         if cached is not None and cached[0] is x and cached[1] == x._version:
             return cached[2]
-        block = self._dense_rows()
-        labels_at = self._table("leaf_of_label").to(x.device)
-        parts = [
-            self._leaf_log_prob(self.whiten(x[lo : lo + block])).index_select(1, labels_at)
-            for lo in range(0, x.shape[0], block)
-        ]
-        out = torch.cat(parts) if len(parts) > 1 else parts[0]
+        out = self._dense_log_prob(x, self._table("leaf_of_label").to(x.device))
         self._dense_cache = (x, x._version, out)
         return out
 
-    def _dense_rows(self) -> int:
-        return max(1, _DENSE_BUDGET // (2 << self.depth))
+    def _dense_log_prob(self, x: torch.Tensor, leaves: torch.Tensor) -> torch.Tensor:
+        """log p_n of the given leaves (n,) for every row, (B, n), in row blocks whose
+        level-wise temporaries stay under the dense budget."""
+        block = max(1, _DENSE_BUDGET // (2 << self.depth))
+        parts = [
+            self._leaf_log_prob(self.whiten(x[lo : lo + block])).index_select(1, leaves)
+            for lo in range(0, x.shape[0], block)
+        ]
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def _leaf_log_prob(self, xt: torch.Tensor) -> torch.Tensor:
         """(b, 2^D) log-probabilities of every leaf: children = parent + log σ(∓z)."""
