@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from tailkit.components import Sampler
-from tailkit.plugins.samplers.pca import WhitenedPCA
-from tailkit.plugins.samplers.tree_fit import fit_tree, tree_depth
-from tailkit.plugins.samplers.tree_kernels import path_log_prob, sample_paths
 from tailkit.validation import Constraint, Interval
+
+# numba and scikit-learn (~2 s of imports) are imported where they are used, not here: every
+# `tailkit` command registers this sampler, and most never fit or draw from a tree.
 
 #: Cap on the (rows × 2^(D+1)) floats of the dense level-wise evaluation (256 MiB).
 _DENSE_BUDGET = 1 << 26
@@ -85,6 +85,9 @@ class TreeSampler(Sampler):
             raise ValueError("the tree sampler needs at least one training row")
         if y.min() < 0 or y.max() >= num_classes:
             raise ValueError(f"labels must lie in [0, {num_classes}); got values outside it")
+        from tailkit.plugins.samplers.pca import WhitenedPCA
+        from tailkit.plugins.samplers.tree_fit import fit_tree
+
         start = time.perf_counter()
         pca = WhitenedPCA(self.k).fit(x)
         pca_seconds = time.perf_counter() - start
@@ -149,6 +152,8 @@ class TreeSampler(Sampler):
         """``m`` i.i.d. labels from p_n(·|x) per row: ids (B, m) and their exact log p_n."""
         xt = self.whiten(x)
         if self._on_cpu():
+            from tailkit.plugins.samplers.tree_kernels import sample_paths
+
             seed = int(torch.randint(2**62, (1,), generator=generator))
             ids = np.empty((xt.shape[0], m), dtype=np.int64)
             log_q = np.empty((xt.shape[0], m), dtype=np.float32)
@@ -202,6 +207,8 @@ class TreeSampler(Sampler):
         xt = self.whiten(x)
         leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
         if self._on_cpu():
+            from tailkit.plugins.samplers.tree_kernels import path_log_prob
+
             out = np.empty((rows, n), dtype=np.float32)
             path_log_prob(
                 xt.numpy(),
@@ -295,6 +302,8 @@ class TreeSampler(Sampler):
             )
             if mismatch:
                 raise ValueError(f"tree sampler state: {key} has shape {got}, expected {shape}")
+        from tailkit.plugins.samplers.tree_fit import tree_depth  # numba: see the imports
+
         if depth != tree_depth(c):
             raise ValueError(f"tree sampler state: depth {depth} does not fit {c} labels")
         self.num_classes, self.depth = c, depth
