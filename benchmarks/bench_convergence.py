@@ -35,7 +35,7 @@ import torch
 from tailkit.cache import read_features
 from tailkit.plugins.datasets.synthetic import generate
 from tailkit.registry import make_registry
-from tailkit.training.loop import LoopConfig, log_prior_from_counts, train
+from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 
@@ -138,7 +138,7 @@ def run_method(registry, name: str, data: dict, args, fitted: dict) -> dict:
         encoder=encoder, layer=fresh_layer(), loss=loss, sampler=sampler,
         optimizer=RowSparseAdagrad(lr=args.lr), x_train=data["x_train"],
         y_train=data["y_train"], x_val=data["x_val"][:10], y_val=data["y_val"][:10],
-        log_prior=log_prior_from_counts(counts),
+        class_counts=torch.as_tensor(counts, dtype=torch.float64),
     )  # fmt: skip
     step_seconds = probe.seconds / probe.steps
     budget = max(args.budget - (0.0 if args.fit_free else fit_seconds), step_seconds)
@@ -149,7 +149,7 @@ def run_method(registry, name: str, data: dict, args, fitted: dict) -> dict:
         encoder=encoder, layer=fresh_layer(), loss=loss, sampler=sampler,
         optimizer=RowSparseAdagrad(lr=args.lr), x_train=data["x_train"],
         y_train=data["y_train"], x_val=data["x_val"], y_val=data["y_val"],
-        log_prior=log_prior_from_counts(counts),
+        class_counts=torch.as_tensor(counts, dtype=torch.float64),
     )  # fmt: skip
     return {
         "fit_seconds": fit_seconds,

@@ -78,6 +78,11 @@ class Sampler:
     conditional: ClassVar[bool] = False
     #: False for samplers that bring their own negatives (in-batch) and ignore ``m``.
     uses_negatives: ClassVar[bool] = True
+    #: What ``sample`` and ``log_prob`` receive as ``x``: ``"input"``, the batch's features, or
+    #: ``"scores"``, the model's current scores of all C labels (B, C), computed by the core
+    #: without gradient (the model-based proposal q ∝ exp(f) of Rawat et al.). A sampler never
+    #: sees the model's parameters, only what the core hands it.
+    conditions_on: ClassVar[Literal["input", "scores"]] = "input"
 
     def fit(self, features: torch.Tensor | None, labels: torch.Tensor, num_classes: int) -> None:
         """Fit on the training split. ``labels`` is (N,) int64; features (N, D) or None."""
@@ -133,6 +138,8 @@ class LossInput:
     log_prior: torch.Tensor | None = None
     embeddings: torch.Tensor | None = None
     epoch: int = 0
+    step: int = 0
+    targets: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -147,8 +154,12 @@ class PredictionContext:
         self, scores: torch.Tensor, x: torch.Tensor, label_ids: torch.Tensor
     ) -> torch.Tensor:
         """scores + log q(label | x) from the sampler (Bamler–Mandt's bias removal); the scores
-        unchanged when there is no sampler."""
-        if self.sampler is None:
+        unchanged when there is no sampler.
+
+        A model-based sampler's log q(y|x) = f_y(x) − log Z(x) is a per-row monotone map of the
+        scores themselves: adding it changes no ranking, so the scores are returned as they are.
+        """
+        if self.sampler is None or self.sampler.conditions_on == "scores":
             return scores
         return scores + self.sampler.log_prob(x, label_ids).to(scores)
 
@@ -161,6 +172,34 @@ class Loss(torch.nn.Module):
     """
 
     mode: ClassVar[Literal["full", "sampled"]] = "full"
+    #: s of cosine logits s·cos(Φ(x), w_y) from a row-normalised output layer without bias
+    #: (LDAM); None for the usual dot products plus bias. The core reads it (on the instance)
+    #: when it builds the output layer, for training and for evaluation alike.
+    cosine_scale: float | None = None
+
+    def setup(self, class_counts: torch.Tensor) -> None:
+        """Called by the core once before training and before evaluation, after ``.to(device)``
+        and before ``load_state_dict``, with the training counts n_y (C,) float64 on the loss's
+        device. Build per-class tables here (margins, class-balanced weights, learnable per-class
+        parameters, memories) so a step does no per-class work it could have done once.
+        """
+
+    def initial_bias(self, num_classes: int) -> float:
+        """Initial value of every output bias; 0 by default. Sigmoid losses use −log(C − 1) so
+        that σ(b) = 1/C at the start (Cui et al.), instead of C − 1 confident false positives."""
+        return 0.0
+
+    def confidence(
+        self, top_scores: torch.Tensor, log_partition: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The loss's calibrated probability of a predicted label, for calibration error (ECE).
+
+        ``top_scores`` (N,) are the (prediction-adjusted) scores of the predicted labels and
+        ``log_partition`` (N,) is log Σ_j exp(score_j) over all labels. The default is the
+        softmax probability; a sigmoid loss returns σ(s), Su's multilabel CE σ(2s), and a loss
+        with no probability model (hinge) returns None.
+        """
+        return torch.exp(top_scores - log_partition)
 
     def forward(self, batch: LossInput) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

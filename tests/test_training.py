@@ -12,7 +12,7 @@ from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.linear import Linear
 from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.training.checkpoint import Checkpointer
-from tailkit.training.loop import LoopConfig, log_prior_from_counts, train
+from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 
@@ -54,7 +54,7 @@ def _run(loss, sampler=None, checkpoint=None, negatives=0, steps=None, optimizer
         y_train=y,
         x_val=xv,
         y_val=yv,
-        log_prior=log_prior_from_counts(torch.bincount(y, minlength=C)),
+        class_counts=torch.bincount(y, minlength=C).double(),
         checkpoint=checkpoint,
     )
     return result, layer

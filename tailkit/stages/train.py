@@ -24,7 +24,7 @@ from tailkit.runtime import resolve_device
 from tailkit.stages.fit_sampler import load_sampler
 from tailkit.stages.subsample import read_meta
 from tailkit.training.checkpoint import Checkpointer
-from tailkit.training.loop import LoopConfig, curve_to_tsv, log_prior_from_counts, train
+from tailkit.training.loop import LoopConfig, curve_to_tsv, train
 from tailkit.training.optim import OPTIMIZERS
 from tailkit.training.output_layer import OutputLayer
 from tailkit.validation import validate_options
@@ -90,7 +90,8 @@ def run(
     sampler = load_sampler(registry, params, settings["sampler"], layout, device)
 
     encoder, loss = encoder.to(device), loss.to(device)
-    layer = OutputLayer(
+    layer = OutputLayer.for_loss(
+        loss,
         meta["num_classes"],
         encoder.out_dim,
         device=device,
@@ -129,7 +130,7 @@ def run(
         y_train=train_set.labels,
         x_val=val_set.x[val_pick],
         y_val=val_set.labels[val_pick],
-        log_prior=log_prior_from_counts(meta["train_counts"]),
+        class_counts=torch.as_tensor(meta["train_counts"], dtype=torch.float64),
         checkpoint=checkpoint,
         progress=progress,
     )

@@ -78,7 +78,7 @@ def train(
     y_train: torch.Tensor,
     x_val: torch.Tensor,
     y_val: torch.Tensor,
-    log_prior: torch.Tensor,
+    class_counts: torch.Tensor,
     checkpoint: Checkpointer | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
@@ -88,7 +88,10 @@ def train(
     total = math.ceil(cfg.epochs * steps_per_epoch)
     if cfg.max_steps is not None:
         total = min(total, cfg.max_steps)
-    ctx = PredictionContext(log_prior=log_prior.to(device), sampler=sampler)
+    ctx = PredictionContext(
+        log_prior=log_prior_from_counts(class_counts).to(device), sampler=sampler
+    )
+    loss.setup(class_counts.to(device=device, dtype=torch.float64))
     sample_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     # A loss may learn parameters too (e.g. a log-normaliser); they train with the encoder's.
     dense = [*encoder.parameters(), *loss.parameters()]
@@ -142,11 +145,22 @@ def train(
         if loss.mode == "full":
             logits, rows = layer.full(z)
             batch = LossInput(
-                labels=y, logits=logits, log_prior=ctx.log_prior, embeddings=z, epoch=epoch
+                labels=y,
+                logits=logits,
+                log_prior=ctx.log_prior,
+                embeddings=z,
+                epoch=epoch,
+                step=step,
             )
         else:
-            neg, neg_log_q = sampler.sample(x, y, cfg.negatives, sample_gen)
-            pos_log_q = sampler.log_prob(x, y.unsqueeze(1)).squeeze(1)
+            if sampler.conditions_on == "scores":
+                # The model-based proposal sees the current scores, never the parameters.
+                with torch.no_grad():
+                    given = layer.full(z.detach())[0]
+            else:
+                given = x
+            neg, neg_log_q = sampler.sample(given, y, cfg.negatives, sample_gen)
+            pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
             scored = layer.sampled(z, y, neg)
             rows = scored.rows
             batch = LossInput(
@@ -162,6 +176,7 @@ def train(
                 log_prior=ctx.log_prior,
                 embeddings=z,
                 epoch=epoch,
+                step=step,
             )
         value = loss(batch)
         value.backward()
@@ -200,9 +215,9 @@ def train(
     return TrainResult(steps=step, seconds=seconds, curve=curve)
 
 
-def log_prior_from_counts(counts: np.ndarray) -> torch.Tensor:
+def log_prior_from_counts(counts: np.ndarray | torch.Tensor) -> torch.Tensor:
     """log π from training counts (a class with no rows gets -inf)."""
-    counts = np.asarray(counts, dtype=np.float64)
+    counts = np.asarray(counts.cpu() if isinstance(counts, torch.Tensor) else counts, np.float64)
     with np.errstate(divide="ignore"):
         return torch.from_numpy(np.log(counts / counts.sum())).float()
 

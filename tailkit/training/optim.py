@@ -78,13 +78,16 @@ class RowSparseSGD(RowSparseOptimizer):
         return torch.optim.SGD(params, lr=self.lr)
 
     def _update_rows(self, rows: Rows, lr: float) -> None:
-        layer = self.layer
-        if rows.ids is None:
-            layer.weight.add_(rows.weight.grad, alpha=-lr)
-            layer.bias.add_(rows.bias.grad, alpha=-lr)
-        else:
-            layer.weight.index_add_(0, rows.ids, rows.weight.grad, alpha=-lr)
-            layer.bias.index_add_(0, rows.ids, rows.bias.grad, alpha=-lr)
+        for table, grad in (
+            (self.layer.weight, rows.weight.grad),
+            (self.layer.bias, rows.bias.grad),
+        ):
+            if grad is None:  # the bias of a cosine layer takes no part
+                continue
+            if rows.ids is None:
+                table.add_(grad, alpha=-lr)
+            else:
+                table.index_add_(0, rows.ids, grad, alpha=-lr)
 
 
 class RowSparseAdagrad(RowSparseOptimizer):
@@ -124,6 +127,8 @@ class RowSparseAdagrad(RowSparseOptimizer):
             (self.layer.weight, self.acc_w, rows.weight.grad),
             (self.layer.bias, self.acc_b, rows.bias.grad),
         ):
+            if grad is None:  # the bias of a cosine layer takes no part
+                continue
             if rows.ids is None:
                 acc.addcmul_(grad, grad)
                 table.addcdiv_(grad, acc.sqrt().add_(self.eps), value=-lr)

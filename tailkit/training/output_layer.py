@@ -5,6 +5,10 @@ leaf tensors, so autograd produces a gradient of shape (rows, d) instead of a de
 the step time does not grow with C. Duplicate ids are merged with ``torch.unique`` before the
 gather, so each touched row appears once and its gradient arrives already summed, which is what
 an exact Adagrad update needs. The full-softmax path views the whole table the same way.
+
+With ``cosine_scale = s`` (LDAM's normalised layer) a logit is s·⟨z/‖z‖, w_j/‖w_j‖⟩ and the
+bias is unused: the normalisation runs inside autograd on the gathered rows, so the stored rows
+keep their raw scale and the row-sparse update stays exact.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass
@@ -42,13 +47,37 @@ class OutputLayer:
         *,
         device: torch.device | str = "cpu",
         generator: torch.Generator | None = None,
+        cosine_scale: float | None = None,
+        initial_bias: float = 0.0,
     ) -> None:
-        # Xavier-uniform for weights, as the Bamler–Mandt reference does; zero biases.
+        # Xavier-uniform for weights, as the Bamler–Mandt reference does; biases from the loss
+        # (0 except for sigmoid losses).
         bound = math.sqrt(6.0 / (num_classes + dim))
         weight = torch.empty(num_classes, dim)
         weight.uniform_(-bound, bound, generator=generator)
         self.weight = weight.to(device)
-        self.bias = torch.zeros(num_classes, device=device)
+        self.bias = torch.full((num_classes,), float(initial_bias), device=device)
+        self.cosine_scale = cosine_scale
+
+    @classmethod
+    def for_loss(
+        cls,
+        loss,
+        num_classes: int,
+        dim: int,
+        *,
+        device: torch.device | str = "cpu",
+        generator: torch.Generator | None = None,
+    ) -> OutputLayer:
+        """The layer a loss asks for: cosine logits (``loss.cosine_scale``) and its initial bias."""
+        return cls(
+            num_classes,
+            dim,
+            device=device,
+            generator=generator,
+            cosine_scale=loss.cosine_scale,
+            initial_bias=loss.initial_bias(num_classes),
+        )
 
     @property
     def num_classes(self) -> int:
@@ -74,9 +103,17 @@ class OutputLayer:
             self.bias.index_select(0, ids).requires_grad_(),
         )
 
+    def _cosine(self, z: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """s·z/‖z‖ and w/‖w‖ row-wise (the scale folded into the B rows of z, not the C of w)."""
+        z = F.normalize(z, dim=-1) * self.cosine_scale
+        return z, F.normalize(weight, dim=-1)
+
     def full(self, z: torch.Tensor) -> tuple[torch.Tensor, Rows]:
         """All logits (B, C) and the rows that receive their gradient."""
         rows = self.all_rows()
+        if self.cosine_scale is not None:
+            zs, w = self._cosine(z, rows.weight)
+            return zs @ w.t(), rows
         return torch.addmm(rows.bias, z, rows.weight.t()), rows
 
     def sampled(self, z: torch.Tensor, labels: torch.Tensor, neg: torch.Tensor) -> SampledLogits:
@@ -88,18 +125,25 @@ class OutputLayer:
         ids, inverse = torch.unique(torch.cat([labels, neg.reshape(-1)]), return_inverse=True)
         rows = self.gather(ids)
         pos_idx, neg_idx = inverse[:batch], inverse[batch:].view(neg.shape)
-        pos = (z * rows.weight[pos_idx]).sum(-1) + rows.bias[pos_idx]
+        weight, bias = rows.weight, rows.bias
+        if self.cosine_scale is not None:
+            z, weight = self._cosine(z, weight)
+            bias = torch.zeros_like(bias)
+        pos = (z * weight[pos_idx]).sum(-1) + bias[pos_idx]
         if neg.dim() == 1:
-            negative = torch.addmm(rows.bias[neg_idx], z, rows.weight[neg_idx].t())
+            negative = torch.addmm(bias[neg_idx], z, weight[neg_idx].t())
             hits = neg.unsqueeze(0) == labels.unsqueeze(1)
         else:
-            w = rows.weight[neg_idx]  # (B, m, d)
-            negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + rows.bias[neg_idx]
+            w = weight[neg_idx]  # (B, m, d)
+            negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + bias[neg_idx]
             hits = neg == labels.unsqueeze(1)
         return SampledLogits(pos, negative, hits, rows)
 
     def scores(self, z: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-        """Raw scores of labels [start, stop) for embeddings z, without autograd."""
+        """Scores of labels [start, stop) for embeddings z, as training sees them, no autograd."""
+        if self.cosine_scale is not None:
+            zs, w = self._cosine(z, self.weight[start:stop])
+            return zs @ w.t()
         return torch.addmm(self.bias[start:stop], z, self.weight[start:stop].t())
 
     def state_dict(self) -> dict[str, torch.Tensor]:
