@@ -550,7 +550,7 @@ def test_options_are_validated() -> None:
     with pytest.raises(InvalidParameterError, match=r"experiments\.x\.loss\.reg"):
         validate_options(owner, NegativeSampling, {"reg": -1e-3})
     with pytest.raises(InvalidParameterError, match="weighting"):
-        validate_options(owner, SampledSoftmax, {"weighting": "relative"})
+        validate_options(owner, SampledSoftmax, {"weighting": "inverse"})
     with pytest.raises(InvalidParameterError, match="reduction"):
         validate_options(owner, SoftmaxCE, {"reduction": "none"})
     with pytest.raises(InvalidParameterError, match="unknown key"):

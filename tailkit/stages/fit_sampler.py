@@ -67,10 +67,14 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
             fit_seconds = time.perf_counter() - start
             _write_config(tmp / key, params.samplers[key])
             torch.save(sampler.state_dict(), tmp / key / "state.pt")
+            # A model-based proposal is the model itself: there is nothing to score before training.
+            scored = sampler.conditions_on == "input"
             report[key] = {
                 "fit_seconds": round(fit_seconds, 4),
-                "train_log_likelihood": mean_log_prob(sampler, train.x, train.labels),
-                "val_log_likelihood": mean_log_prob(sampler, val.x, val.labels),
+                "train_log_likelihood": mean_log_prob(sampler, train.x, train.labels)
+                if scored
+                else None,
+                "val_log_likelihood": mean_log_prob(sampler, val.x, val.labels) if scored else None,
                 **sampler.fit_report(),
             }
     write_json(layout.sampler_metrics, report)

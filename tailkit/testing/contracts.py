@@ -287,6 +287,12 @@ def _log_softmax(shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     return torch.log_softmax(torch.randn(shape, generator=g), dim=-1)
 
 
+def class_counts() -> torch.Tensor:
+    """The training counts n_y (C,) float64 that ``check_loss`` hands ``Loss.setup``: skewed,
+    every class present (a long tail from 200 down to 1)."""
+    return torch.round(200.0 * torch.arange(1, C + 1, dtype=torch.float64) ** -2.1)
+
+
 def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, LossInput, dict[str, Any]]]:
     """(description, batch, leaves) as the training loop builds them; leaves require grad."""
     g = torch.Generator().manual_seed(SEED)
@@ -294,7 +300,7 @@ def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, LossInput, di
     z = torch.randn(B, EMBED_DIM, generator=g, dtype=torch.float64)
     weight = torch.randn(C, EMBED_DIM, generator=g, dtype=torch.float64)
     full = z @ weight.T
-    log_prior = _log_softmax((C,), g).to(dtype)
+    log_prior = class_counts().log().sub(class_counts().sum().log()).to(dtype)
     embeddings = z.to(dtype)
     if mode == "full":
         logits = full.to(dtype).requires_grad_(True)
@@ -343,7 +349,8 @@ def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, LossInput, di
 
 def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> None:
     """A loss gives a finite scalar and finite gradients, masks accidental hits, takes float64,
-    and its ``adjust_scores`` keeps the (B, k) shape.
+    and its ``adjust_scores`` keeps the (B, k) shape. ``setup`` is called first with
+    :func:`class_counts`, as the core calls it before training.
 
     Sampled losses are run on shared ``(m,)`` and per-example ``(B, m)`` negatives, with an
     unconditional and a conditional ``log q``.
@@ -356,6 +363,8 @@ def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> No
         label,
         f"mode is {loss.mode!r}; expected 'full' or 'sampled'",
     )
+    # As the core does: setup with the training counts once, before any forward.
+    loss.setup(class_counts())
     for dtype in (torch.float32, torch.float64):
         for what, batch, leaves in _loss_inputs(loss.mode, dtype):
             where = f"{label} on {what} ({dtype})"
@@ -447,6 +456,9 @@ def check_sampler(factory: Callable[..., Any] | Component, /, **options: Any) ->
     _expect(isinstance(sampler, Sampler), label, f"built a {type(sampler).__name__}, not a Sampler")
     features, labels, x, y = _sampler_data()
     sampler.fit(features, labels, C)
+    if getattr(sampler, "conditions_on", "input") == "scores":
+        # A model-based sampler is handed the model's scores of all C labels, not the input.
+        x = torch.randn(B, C, generator=torch.Generator().manual_seed(SEED + 4))
     shared, conditional = sampler.shared, sampler.conditional
     _expect(isinstance(shared, bool), label, f"shared is {shared!r}, not a bool")
     _expect(isinstance(conditional, bool), label, f"conditional is {conditional!r}, not a bool")

@@ -5,6 +5,8 @@ from tailkit.hookspecs import hookimpl
 
 @hookimpl
 def register_losses(register):
+    from tailkit.plugins.losses.decoupled import Decoupled, SampledDecoupled
+    from tailkit.plugins.losses.logit_adjusted import BalancedSoftmax, LogitAdjusted
     from tailkit.plugins.losses.nce import NCE
     from tailkit.plugins.losses.negative_sampling import NegativeSampling
     from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
@@ -14,3 +16,7 @@ def register_losses(register):
     register("sampled-softmax", SampledSoftmax)
     register("negative-sampling", NegativeSampling)
     register("nce", NCE)
+    register("logit-adjusted", LogitAdjusted)
+    register("balanced-softmax", BalancedSoftmax)
+    register("decoupled", Decoupled)
+    register("sampled-decoupled", SampledDecoupled)

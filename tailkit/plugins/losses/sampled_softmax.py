@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
 from tailkit.components import Loss, LossInput, PredictionContext
+from tailkit.plugins.losses.weighting import Weighting, log_weights
+from tailkit.validation import Constraint, Interval
 
 
 class SampledSoftmax(Loss):
@@ -19,14 +21,17 @@ class SampledSoftmax(Loss):
         ℓ = log(1 + Σ_{j not a hit} w_j · exp(f_j − f_y))
           = logsumexp([f_y, f_j + log w_j ...]) − f_y
 
-    ``weighting``:
+    ``weighting`` (see :mod:`tailkit.plugins.losses.weighting` for the implicit loss of each):
 
     - ``"importance"``: w_j = 1 / (m q_j), i.e. negative logits become f_j − log(m q_j) (the
       log-Q correction). (1/m) Σ_j exp(f_j)/q_j is an unbiased estimate of the partition sum, so
       the loss tends to the full softmax CE as m grows (Rawat et al. 2021).
     - ``"constant"``: w_j = 1, no correction. Its implicit loss is a softmax over logits shifted
       by log(m q_j); with non-uniform q the learned scores are biased by −log q, which
-      ``correct_at_prediction`` can undo.
+      ``correct_at_prediction`` can undo (in-batch q ≈ π: an implicit logit adjustment).
+    - ``"relative"``: w_{yj} = (π_j/π_y)^τ / (m q_j): the implicit loss is the logit-adjusted
+      softmax with τ whatever q is (our reading of Rawat et al.'s relative weighting).
+    - ``"self-normalized"``: w_j = (1/q_j) / Σ_{k∈N} 1/q_k, self-normalised importance weights.
 
     ``positive_correction=True`` also subtracts log(m q_y) from the positive logit (``pos_log_q``),
     as TensorFlow's ``sampled_softmax_loss`` with ``subtract_log_q`` does; it is applied whatever
@@ -40,17 +45,20 @@ class SampledSoftmax(Loss):
     """
 
     mode = "sampled"
+    constraints: ClassVar[dict[str, Constraint]] = {"tau": Interval(0, None)}
 
     def __init__(
         self,
         *,
-        weighting: Literal["importance", "constant"] = "importance",
+        weighting: Weighting = "importance",
+        tau: float = 1.0,
         positive_correction: bool = False,
         correct_at_prediction: bool = False,
         reduction: Literal["mean", "sum"] = "mean",
     ) -> None:
         super().__init__()
         self.weighting = weighting
+        self.tau = tau
         self.positive_correction = positive_correction
         self.correct_at_prediction = correct_at_prediction
         self.reduction = reduction
@@ -64,11 +72,10 @@ class SampledSoftmax(Loss):
             )
         log_m = math.log(neg.shape[1])
         owned = False  # whether `neg` is our own temporary, safe to mask in place
-        if self.weighting == "importance":
-            if batch.neg_log_q is None:
-                raise ValueError('weighting="importance" needs batch.neg_log_q')
-            # The sampler's q is a fixed proposal; as in TF, no gradient goes through it.
-            neg = neg - (batch.neg_log_q.detach().to(neg) + log_m)
+        # The sampler's q is a fixed proposal; as in TF, no gradient goes through it.
+        log_w = log_weights(self.weighting, batch, neg, tau=self.tau)
+        if log_w is not None:
+            neg = neg + log_w
             owned = True
         if self.positive_correction:
             if batch.pos_log_q is None:
@@ -108,6 +115,6 @@ class SampledSoftmax(Loss):
 
     def extra_repr(self) -> str:
         return (
-            f"weighting={self.weighting!r}, positive_correction={self.positive_correction}, "
+            f"weighting={self.weighting!r}, tau={self.tau:g}, positive_correction={self.positive_correction}, "
             f"correct_at_prediction={self.correct_at_prediction}, reduction={self.reduction!r}"
         )

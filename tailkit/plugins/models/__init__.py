@@ -6,5 +6,7 @@ from tailkit.hookspecs import hookimpl
 @hookimpl
 def register_models(register):
     from tailkit.plugins.models.linear import Linear
+    from tailkit.plugins.models.mlp import MLP
 
     register("linear", Linear)
+    register("mlp", MLP)

@@ -1,0 +1,170 @@
+"""DRO-LT (Samuel & Chechik, ICCV 2021), one-stage: cross-entropy plus the DRO embedding loss."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+
+from tailkit.components import Loss, LossInput
+from tailkit.plugins.losses.elm import _needs_embeddings, adopt_lazy_shapes
+from tailkit.validation import Constraint, Interval, Options
+
+
+def dro_loss(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    proto_labels: torch.Tensor,
+    epsilon: torch.Tensor | float,
+    temperature: float,
+    *,
+    per_class: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The DRO loss as dvirsamuel/DRO-LT computes it (``DROLoss.forward``), given prototypes.
+
+    ``z`` (B, d) features with ``labels`` (B,); ``prototypes`` (K, d) with distinct class ids
+    ``proto_labels`` (K,); ``epsilon`` the per-class radius, indexed by class id (a tensor
+    (C,)) or one number for all classes. With P[k, i] = −‖μ_k − z_i‖₂ (not squared), minus
+    ε_{y_i} where proto_labels[k] = y_i (the worst case inside the ε-ball), the log-probabilities
+    are normalised over the batch samples for each prototype::
+
+        log p[k, i] = P[k, i]/T − log Σ_j exp(P[k, j]/T)
+        loss_k = −mean_{i: y_i = proto_labels[k]} log p[k, i]
+
+    and the loss is Σ_k loss_k / #(prototypes whose class is in the batch); a prototype whose
+    class is absent does not change the others (each row is normalised on its own) and is not
+    counted. Unlike the reference, the log-normaliser subtracts the row maximum first, so it
+    does not overflow for small T; the value is the same wherever the reference's is finite.
+
+    ``per_class=True`` also returns loss_k (K,) (0 for an absent class).
+    """
+    labels = labels.long()
+    dist = torch.linalg.vector_norm(prototypes.unsqueeze(1) - z.unsqueeze(0), dim=-1)
+    positive = proto_labels.long().unsqueeze(1) == labels.unsqueeze(0)
+    if isinstance(epsilon, torch.Tensor):
+        radius = epsilon.to(z.dtype)[labels].unsqueeze(0)
+    else:
+        radius = torch.full_like(dist[:1], float(epsilon))
+    scores = -(dist + torch.where(positive, radius, 0.0)) / temperature
+    log_p = torch.log_softmax(scores, dim=1)
+    n = positive.sum(dim=1)
+    losses = -torch.where(positive, log_p, 0.0).sum(dim=1) / n.clamp_min(1)
+    total = losses.sum() / (n > 0).sum().clamp_min(1)
+    return (total, losses) if per_class else total
+
+
+class DROLT(Loss):
+    """CE + DRO-LT, the one-stage version the ELM paper compares with ("CE + DRO-LT").
+
+    ::
+
+        loss = CE(f, y) + λ · DRO(Φ(x), y; μ, ε, T)
+
+    CE is the batch mean of the softmax cross-entropy on the raw logits
+    (``ce_weighting="none"``), or with ``"head-up"`` the reference's CE_lt: class weights
+    w_c = n_c / max n and PyTorch's weighted mean Σ_i w_{y_i} ℓ_i / Σ_i w_{y_i}. DRO is
+    :func:`dro_loss` (the reference's per-prototype normalisation over the batch samples, with
+    non-squared distances; its reduction is the mean over the classes present in the batch),
+    computed with the prototypes of the classes present in the batch only.
+
+    ε (``epsilon``, shape (C,), initialised to ``epsilon_init``) is a parameter created in
+    ``setup`` and trained by the core's optimiser with the encoder when ``learn_epsilon``; it
+    has no positivity constraint, as in the reference.
+
+    Prototypes. The two-stage reference recomputes the class means over the training set every
+    epoch; in one stage we keep a running mean of the detached embeddings per class, updated
+    after each training-mode forward with the batch's class means: μ_c ← m·μ_c + (1 − m)·mean_c
+    (m = ``prototype_momentum``), and a class seen for the first time takes its batch mean. A
+    class in the batch that has never been seen before this step uses the current batch's
+    (detached) class mean as its prototype for this step. The prototypes (C, d) and the seen
+    mask (C,) are persistent buffers, so a resumed run continues exactly.
+
+    Temperature: the README's value 1 is the default (the reference code's default is 0.07).
+    At prediction the raw logits are used; the confidence is the softmax probability.
+    """
+
+    mode = "full"
+    constraints: ClassVar[dict[str, Constraint]] = {
+        "lam": Interval(0, None),
+        "temperature": Interval(0, None, closed="neither"),
+        "epsilon_init": Interval(None, None),
+        "prototype_momentum": Interval(0, 1),
+        "ce_weighting": Options("none", "head-up"),
+    }
+
+    def __init__(
+        self,
+        *,
+        lam: float = 1.0,
+        temperature: float = 1.0,
+        epsilon_init: float = 1.0,
+        learn_epsilon: bool = True,
+        prototype_momentum: float = 0.9,
+        ce_weighting: Literal["none", "head-up"] = "none",
+    ) -> None:
+        super().__init__()
+        self.lam = lam
+        self.temperature = temperature
+        self.epsilon_init = epsilon_init
+        self.learn_epsilon = learn_epsilon
+        self.prototype_momentum = prototype_momentum
+        self.ce_weighting = ce_weighting
+        self.ready = False
+
+    def setup(self, class_counts: torch.Tensor) -> None:
+        counts = class_counts.to(torch.float64)
+        c, device = counts.numel(), counts.device
+        self.epsilon = torch.nn.Parameter(
+            torch.full((c,), float(self.epsilon_init), device=device),
+            requires_grad=self.learn_epsilon,
+        )
+        self.register_buffer("ce_weights", counts / counts.max(), persistent=False)
+        # d is unknown until the first forward: an empty trailing dimension, grown there or by
+        # load_state_dict (see _load_from_state_dict).
+        self.register_buffer("prototypes", torch.zeros(c, 0, device=device))
+        self.register_buffer("seen", torch.zeros(c, dtype=torch.bool, device=device))
+        self.ready = True
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        adopt_lazy_shapes(self, state_dict, prefix, ("prototypes",))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(self, batch: LossInput) -> torch.Tensor:
+        if not self.ready:
+            raise RuntimeError("DROLT.setup(class_counts) must be called before the loss is used")
+        logits, z = _needs_embeddings("dro-lt", batch)
+        labels = batch.labels.long()
+        if self.ce_weighting == "head-up":
+            ce = F.cross_entropy(logits, labels, weight=self.ce_weights.to(logits.dtype))
+        else:
+            ce = F.cross_entropy(logits, labels)
+        if self.prototypes.shape[-1] != z.shape[-1]:
+            if self.seen.any():
+                raise ValueError(
+                    f"dro-lt prototypes have dimension {self.prototypes.shape[-1]}, "
+                    f"got embeddings of dimension {z.shape[-1]}"
+                )
+            self.prototypes = z.new_zeros(self.prototypes.shape[0], z.shape[-1])
+        classes, inverse = torch.unique(labels, return_inverse=True)
+        feats = z.detach()
+        sums = feats.new_zeros(classes.numel(), feats.shape[1]).index_add_(0, inverse, feats)
+        means = sums / torch.bincount(inverse, minlength=classes.numel()).unsqueeze(1)
+        seen = self.seen[classes].unsqueeze(1)
+        current = torch.where(seen, self.prototypes[classes].to(z.dtype), means)
+        dro = dro_loss(z, labels, current, classes, self.epsilon, self.temperature)
+        if self.training:
+            with torch.no_grad():
+                m = self.prototype_momentum
+                updated = torch.where(seen, m * current + (1.0 - m) * means, means)
+                self.prototypes[classes] = updated.to(self.prototypes.dtype)
+                self.seen[classes] = True
+        return ce + self.lam * dro
+
+    def extra_repr(self) -> str:
+        return (
+            f"lam={self.lam:g}, temperature={self.temperature:g}, "
+            f"epsilon_init={self.epsilon_init:g}, learn_epsilon={self.learn_epsilon}, "
+            f"prototype_momentum={self.prototype_momentum:g}, ce_weighting={self.ce_weighting!r}"
+        )

@@ -1,0 +1,243 @@
+"""ELM: embedding and logit margins (Jitkrittum, Menon, Rawat & Kumar 2022)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+
+from tailkit.components import Loss, LossInput
+from tailkit.validation import Constraint, Interval, Options
+
+
+def _needs_embeddings(name: str, batch: LossInput) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's logits and embeddings, or a clear error saying what is missing."""
+    if batch.logits is None:
+        raise ValueError(f"{name} needs batch.logits (B, C): it is a full-mode loss")
+    if batch.embeddings is None:
+        raise ValueError(
+            f"{name} needs embeddings (batch.embeddings is None): use a model with an encoder, "
+            "e.g. mlp"
+        )
+    return batch.logits, batch.embeddings
+
+
+def adopt_lazy_shapes(
+    module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, names: tuple[str, ...]
+) -> None:
+    """Give the buffers ``names`` the shape and dtype of their entries in ``state_dict``.
+
+    A buffer whose trailing size (the embedding dimension d) is only known at the first forward
+    is registered empty in ``setup``; a checkpoint written after training holds the full
+    tensor, and ``load_state_dict`` refuses a shape mismatch, so the empty buffer must grow
+    before the copy. The values are then copied by the ordinary loading code.
+    """
+    for name in names:
+        incoming = state_dict.get(prefix + name)
+        current = module._buffers.get(name)
+        if (
+            isinstance(incoming, torch.Tensor)
+            and current is not None
+            and (incoming.shape != current.shape or incoming.dtype != current.dtype)
+        ):
+            module._buffers[name] = torch.zeros(
+                incoming.shape, dtype=incoming.dtype, device=current.device
+            )
+
+
+def squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """‖a_i − b_j‖² for a (..., n, d) and b (..., k, d), as (..., n, k), clamped at 0.
+
+    Uses ‖a‖² + ‖b‖² − 2a·b (one matrix product, no (n, k, d) temporary). Callers centre the
+    points first: distances do not depend on the origin, and ReLU embeddings share a large
+    common offset that would otherwise cost digits to cancellation.
+    """
+    sq_a = a.square().sum(-1, keepdim=True)
+    sq_b = b.square().sum(-1).unsqueeze(-2)
+    return (sq_a + sq_b - 2.0 * (a @ b.transpose(-1, -2))).clamp_min(0.0)
+
+
+def pull_terms(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    valid: torch.Tensor,
+    alpha: torch.Tensor,
+) -> torch.Tensor:
+    """Ω_pull per anchor: log[1 + Σ_{valid j} exp(‖anchor − positive_j‖² − α)], shape (B,).
+
+    ``positives`` is (P, d) shared by all anchors or (B, P, d) per anchor; ``valid`` (B, P) bool
+    says which pairs count; ``alpha`` (B,) is the anchor's margin α_y. log(1 + Σ e^v) is the
+    log-sum-exp of [0, v], so masked pairs are −inf entries and an anchor without a partner gets
+    exactly log 1 = 0, with finite gradients everywhere.
+    """
+    centre = anchors.detach().mean(dim=0)
+    a = anchors - centre
+    p = positives - centre
+    # Per-anchor positives (B, P, d) are a batch of 1 × P distance matrices.
+    d2 = squared_distances(a, p) if p.ndim == 2 else squared_distances(a.unsqueeze(1), p)[:, 0]
+    v = (d2 - alpha.unsqueeze(1)).masked_fill(~valid, float("-inf"))
+    return torch.logsumexp(torch.cat([v.new_zeros(v.shape[0], 1), v], dim=1), dim=1)
+
+
+def ring_slots(labels: torch.Tensor, written: torch.Tensor, size: int) -> tuple[torch.Tensor, ...]:
+    """Where each row of a batch goes in a per-class ring buffer of ``size`` slots.
+
+    ``written`` (C,) counts every embedding ever written per class. Row i of class c is the
+    r-th row of class c in the batch (row order), so it lands in slot (written[c] + r) mod size.
+    Only the last ``size`` rows of a class in the batch are kept (earlier ones would be
+    overwritten within the same write, and a scatter with repeated indices keeps an arbitrary
+    one). Returns (kept row indices, their classes, their slots, batch count per class id).
+    """
+    order = torch.sort(labels, stable=True).indices
+    sorted_labels = labels[order]
+    _, counts = torch.unique_consecutive(sorted_labels, return_counts=True)
+    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    rank_sorted = torch.arange(labels.numel(), device=labels.device) - starts
+    per_row_count = torch.repeat_interleave(counts, counts)
+    keep = rank_sorted >= per_row_count - size
+    rows = order[keep]
+    classes = sorted_labels[keep]
+    slots = (written[classes] + rank_sorted[keep]) % size
+    added = torch.zeros_like(written).index_add_(0, labels, torch.ones_like(labels))
+    return rows, classes, slots, added
+
+
+class ELM(Loss):
+    """ELM (Jitkrittum et al. 2022): logit-adjusted cross-entropy plus an embedding pull term.
+
+    Per example (paper eq. 4), with logits f (B, C), embeddings Φ(x) (B, d) and priors π_y =
+    n_y / Σ n from the training counts::
+
+        ℓ_mar(y, f) + λ · Ω_pull(x, y)
+        ℓ_mar = cross-entropy of f + log(π^τ + 1e-12)     (the logit-adjusted loss, τ = ``tau``,
+                                                            ε added after the power as in the
+                                                            Google logit-adjustment code)
+        Ω_pull(x, y) = log[1 + Σ_{x⁺ ∈ S_y \\ {x}} exp(‖Φ(x) − Φ(x⁺)‖²₂ − α_y)]
+
+    computed as softplus(LSE(·)) with self and other-class pairs masked out, and 0 for an
+    anchor with no positive. Squared Euclidean distances on the raw embedding, no temperature.
+    The margin is α_y = c · P(y)^a (``alpha="prior"``) or c · n_y^a (``"count"``), with a =
+    ``alpha_power`` and c = ``alpha_scale``: the paper's CIFAR10-LT α = P(y) is prior with the
+    defaults a = c = 1, ImageNet-LT 10·√P(y) is prior with a = 0.5, c = 10, CIFAR100-LT α =
+    √n_y is count with a = 0.5, and the defaults (α_y = n_y, λ = 0.01) are the paper's
+    "good across many datasets" choice.
+
+    Reduction: the batch mean over all B rows of the per-example sum, i.e. mean CE + λ · mean
+    pull, where rows without a positive count as 0 in the pull mean.
+
+    ``positives="batch"``: S_y is the set of the other in-batch rows of class y. ``"memory"``:
+    S_y is a per-class ring buffer of the last ``memory_size`` embeddings of class y written by
+    earlier steps (detached, so they carry no gradient, and the current batch is written only
+    after its loss is computed, so there is no self pair). It holds C · memory_size · d numbers.
+    The memory (``memory`` (C, memory_size, d) and ``memory_written`` (C,), the number of
+    embeddings ever written per class) is part of the state dict, so a resumed run continues
+    exactly; it is filled only in training mode. A class with at most ``memory_size`` training
+    rows eventually holds a stale copy of the anchor itself (an earlier epoch's Φ(x)), which the
+    loss cannot tell apart without example ids.
+
+    At prediction the raw logits are used (the adjustment is a training device), so the
+    confidence is the plain softmax probability.
+    """
+
+    mode = "full"
+    constraints: ClassVar[dict[str, Constraint]] = {
+        "lam": Interval(0, None),
+        "tau": Interval(0, None),
+        "alpha": Options("prior", "count"),
+        "alpha_power": Interval(0, None),
+        "alpha_scale": Interval(0, None),
+        "positives": Options("batch", "memory"),
+        "memory_size": Interval(1, None),
+    }
+
+    def __init__(
+        self,
+        *,
+        lam: float = 0.01,
+        tau: float = 1.0,
+        alpha: Literal["prior", "count"] = "count",
+        alpha_power: float = 1.0,
+        alpha_scale: float = 1.0,
+        positives: Literal["batch", "memory"] = "batch",
+        memory_size: int = 16,
+    ) -> None:
+        super().__init__()
+        self.lam = lam
+        self.tau = tau
+        self.alpha = alpha
+        self.alpha_power = alpha_power
+        self.alpha_scale = alpha_scale
+        self.positives = positives
+        self.memory_size = memory_size
+        self.ready = False
+
+    def setup(self, class_counts: torch.Tensor) -> None:
+        counts = class_counts.to(torch.float64)
+        prior = counts / counts.sum()
+        base = prior if self.alpha == "prior" else counts
+        # Derived from the counts, which setup receives again before any load: not checkpointed.
+        # Kept in float64 and cast per step, so float64 inputs see the exact tables.
+        self.register_buffer("log_adjustment", torch.log(prior**self.tau + 1e-12), persistent=False)
+        self.register_buffer("margins", self.alpha_scale * base**self.alpha_power, persistent=False)
+        if self.positives == "memory":
+            c = counts.numel()
+            # d is unknown until the first forward: an empty trailing dimension, grown there or
+            # by load_state_dict (see _load_from_state_dict).
+            self.register_buffer(
+                "memory", torch.zeros(c, self.memory_size, 0, device=counts.device)
+            )
+            self.register_buffer(
+                "memory_written", torch.zeros(c, dtype=torch.int64, device=counts.device)
+            )
+        self.ready = True
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        adopt_lazy_shapes(self, state_dict, prefix, ("memory",))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(self, batch: LossInput) -> torch.Tensor:
+        if not self.ready:
+            raise RuntimeError("ELM.setup(class_counts) must be called before the loss is used")
+        logits, z = _needs_embeddings("elm", batch)
+        labels = batch.labels.long()
+        adjusted = logits + self.log_adjustment.to(logits.dtype)
+        ce = F.cross_entropy(adjusted, labels)
+        alpha = self.margins.to(z.dtype)[labels]
+        if self.positives == "batch":
+            same = labels.unsqueeze(0) == labels.unsqueeze(1)
+            valid = same & ~torch.eye(labels.numel(), dtype=torch.bool, device=z.device)
+            pull = pull_terms(z, z, valid, alpha)
+        else:
+            pull = self._memory_pull(z, labels, alpha)
+        return ce + self.lam * pull.mean()
+
+    def _memory_pull(self, z: torch.Tensor, labels: torch.Tensor, alpha: torch.Tensor):
+        if self.memory.shape[-1] != z.shape[-1]:
+            if self.memory_written.any():
+                raise ValueError(
+                    f"elm memory holds embeddings of dimension {self.memory.shape[-1]}, "
+                    f"got {z.shape[-1]}"
+                )
+            self.memory = z.new_zeros(self.memory.shape[0], self.memory_size, z.shape[-1])
+        filled = self.memory_written.clamp(max=self.memory_size)[labels]
+        slots = torch.arange(self.memory_size, device=z.device)
+        valid = slots.unsqueeze(0) < filled.unsqueeze(1)
+        pull = pull_terms(z, self.memory[labels].to(z.dtype), valid, alpha)
+        if self.training:
+            self._write(z.detach(), labels)
+        return pull
+
+    @torch.no_grad()
+    def _write(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        rows, classes, slots, added = ring_slots(labels, self.memory_written, self.memory_size)
+        self.memory[classes, slots] = z[rows].to(self.memory.dtype)
+        self.memory_written += added
+
+    def extra_repr(self) -> str:
+        memory = f", memory_size={self.memory_size}" if self.positives == "memory" else ""
+        return (
+            f"lam={self.lam:g}, tau={self.tau:g}, alpha={self.alpha!r}, "
+            f"alpha_power={self.alpha_power:g}, alpha_scale={self.alpha_scale:g}, "
+            f"positives={self.positives!r}{memory}"
+        )

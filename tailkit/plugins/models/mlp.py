@@ -1,0 +1,56 @@
+"""A multilayer perceptron encoder Φ: the embedding that ELM pulls together and DRO-LT centres."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from tailkit.components import Encoder
+from tailkit.validation import Constraint, Interval
+
+
+class MLP(Encoder):
+    """Φ(x) = ReLU(W_k … ReLU(W_1 x + b_1) … + b_k): fully connected layers with ReLU.
+
+    ``hidden`` lists the widths of the hidden layers and ``dim`` is the embedding dimension d
+    that the core's output layer (C × d) reads. The embedding ends with a ReLU by default, as
+    the pooled features of a ResNet do (``final_relu: false`` keeps it linear). ``dropout`` is
+    applied after every hidden ReLU during training. Weights use torch's default (Kaiming-
+    uniform) initialisation, drawn from the global seed the core sets before building.
+    """
+
+    constraints: ClassVar[dict[str, Constraint]] = {
+        "dim": Interval(1, None),
+        "dropout": Interval(0, 1, closed="left"),
+    }
+
+    def __init__(
+        self,
+        in_dim: int,
+        /,
+        *,
+        hidden: list[int] | None = None,
+        dim: int = 128,
+        final_relu: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        widths = [512] if hidden is None else list(hidden)
+        if any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in widths):
+            raise ValueError(f"mlp: hidden must be a list of positive widths, got {hidden!r}")
+        layers: list[torch.nn.Module] = []
+        width = in_dim
+        for h in widths:
+            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+            if dropout > 0:
+                layers.append(torch.nn.Dropout(dropout))
+            width = h
+        layers.append(torch.nn.Linear(width, dim))
+        if final_relu:
+            layers.append(torch.nn.ReLU())
+        self.net = torch.nn.Sequential(*layers)
+        self.out_dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
