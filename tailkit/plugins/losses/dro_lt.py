@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.components import Loss, LossInput
-from tailkit.plugins.losses.elm import _needs_embeddings, adopt_lazy_shapes
+from tailkit.plugins.losses.elm import adopt_lazy_shapes, logits_and_embeddings, squared_distances
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -41,7 +41,11 @@ def dro_loss(
     ``per_class=True`` also returns loss_k (K,) (0 for an absent class).
     """
     labels = labels.long()
-    dist = torch.linalg.vector_norm(prototypes.unsqueeze(1) - z.unsqueeze(0), dim=-1)
+    centre = z.detach().mean(dim=0)
+    d2 = squared_distances(prototypes - centre, z - centre)
+    # A prototype can coincide with a feature (a class seen once, whose prototype is that
+    # feature): there the norm has no derivative, and √ would give 0·∞; take the subgradient 0.
+    dist = torch.where(d2 > 0, d2.clamp_min(torch.finfo(d2.dtype).tiny).sqrt(), 0.0)
     positive = proto_labels.long().unsqueeze(1) == labels.unsqueeze(0)
     if isinstance(epsilon, torch.Tensor):
         radius = epsilon.to(z.dtype)[labels].unsqueeze(0)
@@ -134,7 +138,7 @@ class DROLT(Loss):
     def forward(self, batch: LossInput) -> torch.Tensor:
         if not self.ready:
             raise RuntimeError("DROLT.setup(class_counts) must be called before the loss is used")
-        logits, z = _needs_embeddings("dro-lt", batch)
+        logits, z = logits_and_embeddings("dro-lt", batch)
         labels = batch.labels.long()
         if self.ce_weighting == "head-up":
             ce = F.cross_entropy(logits, labels, weight=self.ce_weights.to(logits.dtype))

@@ -11,7 +11,7 @@ from tailkit.components import Loss, LossInput
 from tailkit.validation import Constraint, Interval, Options
 
 
-def _needs_embeddings(name: str, batch: LossInput) -> tuple[torch.Tensor, torch.Tensor]:
+def logits_and_embeddings(name: str, batch: LossInput) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's logits and embeddings, or a clear error saying what is missing."""
     if batch.logits is None:
         raise ValueError(f"{name} needs batch.logits (B, C): it is a full-mode loss")
@@ -199,7 +199,7 @@ class ELM(Loss):
     def forward(self, batch: LossInput) -> torch.Tensor:
         if not self.ready:
             raise RuntimeError("ELM.setup(class_counts) must be called before the loss is used")
-        logits, z = _needs_embeddings("elm", batch)
+        logits, z = logits_and_embeddings("elm", batch)
         labels = batch.labels.long()
         adjusted = logits + self.log_adjustment.to(logits.dtype)
         ce = F.cross_entropy(adjusted, labels)

@@ -15,14 +15,17 @@ PRIOR_EPS = 1e-12
 
 
 def prior_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
-    """log(π^τ + 1e-12) per class, π = n_y / Σ n from the training counts (float32)."""
+    """log(π^τ + 1e-12) per class, π = n_y / Σ n from the training counts (float64)."""
     counts = class_counts.to(torch.float64)
     pi = counts / counts.sum()
-    return torch.log(pi.pow(tau) + PRIOR_EPS).to(torch.float32)
+    return torch.log(pi.pow(tau) + PRIOR_EPS)
 
 
 class _NeedsSetup(Loss):
-    """A full-mode loss with a per-class offset table built once by :meth:`setup`."""
+    """A full-mode loss with a per-class offset table built once by :meth:`setup`.
+
+    The table is kept in float64 and cast to the logits' dtype per step (C elements, negligible
+    next to the B × C logits) so float64 checks are exact."""
 
     mode = "full"
 
@@ -115,7 +118,7 @@ class BalancedSoftmax(_NeedsSetup):
         self.reduction = reduction
 
     def setup(self, class_counts: torch.Tensor) -> None:
-        self.offsets = class_counts.to(torch.float64).log().to(torch.float32)
+        self.offsets = class_counts.to(torch.float64).log()
 
     def forward(self, batch: LossInput) -> torch.Tensor:
         logits = self._logits(batch, "BalancedSoftmax")

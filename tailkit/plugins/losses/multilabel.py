@@ -1,0 +1,296 @@
+"""Su Jianlin's multilabel categorical cross-entropy (ZLPR) and his n-way m-class loss l₁."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal
+
+import torch
+
+from tailkit.components import Loss, LossInput
+from tailkit.validation import Constraint, Interval
+
+_NEG_INF = float("-inf")
+_LN2 = math.log(2.0)
+
+
+# ------------------------------------------------------------------ numerically careful helpers
+
+
+def _lse(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """log Σ exp(x) along ``dim``; −inf for an all −inf slice, with a zero (not NaN) gradient.
+
+    torch.logsumexp's backward is exp(x − out), which is NaN when every entry is −inf, and such
+    slices are routine here (a row without positives, a class absent from a column).
+    """
+    empty = torch.isneginf(x).all(dim=dim, keepdim=True)
+    out = torch.logsumexp(x.masked_fill(empty, 0.0), dim=dim)
+    return out.masked_fill(empty.squeeze(dim), _NEG_INF)
+
+
+def _log1p_exp(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + eˣ), exact for large x (F.softplus switches to x above a threshold) and with a
+    zero gradient at x = −inf."""
+    return torch.logaddexp(x, x.new_zeros(()))
+
+
+def _log1m_exp(a: torch.Tensor) -> torch.Tensor:
+    """log(1 − eᵃ) for a < 0, choosing expm1 or log1p by the side of −log 2 (Mächler 2012)."""
+    return torch.where(a > -_LN2, torch.log(-torch.expm1(a)), torch.log1p(-torch.exp(a)))
+
+
+def _safe_log(t: torch.Tensor) -> torch.Tensor:
+    """log t with log 0 = −inf exactly, and a finite gradient should t require one."""
+    positive = t > 0
+    return torch.where(positive, torch.log(torch.where(positive, t, 1.0)), _NEG_INF)
+
+
+def _safe_log1m(t: torch.Tensor) -> torch.Tensor:
+    """log(1 − t) with log 0 = −inf exactly at t = 1 (log1p keeps small t accurate)."""
+    below = t < 1
+    return torch.where(below, torch.log1p(-torch.where(below, t, 0.0)), _NEG_INF)
+
+
+def _lse_excluding_each(s: torch.Tensor) -> torch.Tensor:
+    """(B, C) with entry (i, j) = log Σ_{k≠j} exp(s_ik), from prefix and suffix log-cum-sums.
+
+    Subtracting e^{s_ij} from the row total would cancel catastrophically exactly when row i is
+    confidently right about j, the regime a trained model lives in.
+    """
+    b, c = s.shape
+    if c == 1:
+        return s.new_full((b, 1), _NEG_INF)
+    pad = s.new_full((b, 1), _NEG_INF)
+    before = torch.cat([pad, torch.logcumsumexp(s, dim=1)[:, :-1]], dim=1)
+    after = torch.cat([torch.logcumsumexp(s.flip(1), dim=1).flip(1)[:, 1:], pad], dim=1)
+    return torch.logaddexp(before, after)
+
+
+# ------------------------------------------------------------------ input checks
+
+
+def _scores(owner: str, batch: LossInput) -> torch.Tensor:
+    s = batch.logits
+    if s is None:
+        raise ValueError(f"{owner} needs batch.logits (B, C): it is a full-mode loss")
+    if s.ndim != 2:
+        raise ValueError(f"{owner} needs batch.logits of shape (B, C); got {tuple(s.shape)}")
+    return s
+
+
+def _targets(owner: str, targets: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    if targets.shape != s.shape:
+        raise ValueError(
+            f"{owner}: batch.targets has shape {tuple(targets.shape)}; expected the shape of "
+            f"batch.logits {tuple(s.shape)}"
+        )
+    t = targets.to(s.dtype)
+    outside = ~((t >= 0) & (t <= 1))  # NaN fails both comparisons, so it is caught too
+    if bool(outside.any()):
+        raise ValueError(f"{owner}: batch.targets must lie in [0, 1]; got {t[outside][0].item()!r}")
+    return t
+
+
+def _label_ids(owner: str, labels: torch.Tensor, s: torch.Tensor, *, lists: bool) -> torch.Tensor:
+    b, c = s.shape
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"{owner}: batch.labels must hold integer label ids; got {labels.dtype}")
+    shapes = "(B,) or (B, k)" if lists else "(B,)"
+    if labels.ndim not in ((1, 2) if lists else (1,)) or labels.shape[0] != b:
+        raise ValueError(
+            f"{owner}: batch.labels has shape {tuple(labels.shape)}; expected {shapes} with B = {b}"
+        )
+    labels = labels.long()
+    low = -1 if lists else 0
+    if labels.numel() and bool(((labels < low) | (labels >= c)).any()):
+        bad = labels[(labels < low) | (labels >= c)][0].item()
+        allowed = f"[0, {c}) or -1 (padding)" if lists else f"[0, {c})"
+        raise ValueError(f"{owner}: label ids must lie in {allowed}; got {bad}")
+    if labels.ndim == 2 and labels.shape[1] > 1:
+        ordered = labels.sort(dim=1).values
+        # A repeated positive would be counted twice in the positive term, and the negative
+        # mass (all minus positives) could go below zero.
+        if bool(((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any()):
+            raise ValueError(f"{owner}: a row of batch.labels repeats a label id")
+    return labels
+
+
+def _reduce(per_row: torch.Tensor, reduction: str) -> torch.Tensor:
+    return per_row.sum() if reduction == "sum" else per_row.mean()
+
+
+# ------------------------------------------------------------------ losses
+
+
+class MultilabelCE(Loss):
+    """Su Jianlin's multilabel categorical cross-entropy (ZLPR; kexue.fm/archives/7359, 9064).
+
+    On unbounded scores s = ``batch.logits`` (B, C), never squashed by a sigmoid or softmax.
+    With positives P and negatives N of a row, ``threshold=True`` (a threshold class s₀ = 0;
+    predict {j : s_j > 0}) gives per row::
+
+        log(1 + Σ_{i∈N} e^{s_i}) + log(1 + Σ_{j∈P} e^{−s_j})
+
+    and ``threshold=False`` the pairwise form for a fixed number of labels (predict the top k)::
+
+        log(1 + Σ_{i∈N, j∈P} e^{s_i − s_j}) = log(1 + Σ_{i∈N} e^{s_i} · Σ_{j∈P} e^{−s_j})
+
+    which with one positive y is exactly the softmax cross-entropy log Σ_j e^{s_j} − s_y.
+
+    Targets, first match wins:
+
+    - ``batch.targets`` (B, C) in [0, 1], hard or soft. Soft labels t replace the sums by
+      Σ_i t_i e^{−s_i} and Σ_i (1 − t_i) e^{s_i} (kexue.fm/archives/9064; the pairwise form
+      takes the same two sums). The sums are taken in log space with log t and log(1 − t), and
+      t = 0 or t = 1 masks the entry exactly (log 0 = −∞, no clipping), as bert4keras does.
+      The soft loss is convex with optimum t = σ(2s), so :meth:`confidence` is σ(2s).
+    - ``batch.labels`` (B,) int: one positive per row; or (B, k) int: lists of positive ids
+      padded with −1. These never build a dense target: as bert4keras's sparse variant, the
+      negative mass is log(1 + Σ_all e^{s}) + log(1 − e^{LSE(s_P) − LSE([s, 0])}), the second
+      log evaluated as log1p(−exp(·)) with 1 − e^{(·)} clamped to [``eps``, 1] so that it stays
+      finite when the positives hold nearly all the mass (bert4keras issue #436). The clamp only
+      binds then, and it floors the negative mass at ``eps`` of the total. (B,) labels with
+      ``threshold=False`` use the exact softmax form above and need no clamp.
+
+    A score of −∞ marks an entry as absent: it is neither a positive nor a negative.
+
+    ``reduction="mean"`` divides the sum of the per-row losses by B (Keras's average of
+    bert4keras's per-example losses); ``"sum"`` does not. No prediction-time adjustment.
+    """
+
+    mode = "full"
+    constraints: ClassVar[dict[str, Constraint]] = {"eps": Interval(0, 1, closed="neither")}
+
+    def __init__(
+        self,
+        *,
+        threshold: bool = True,
+        reduction: Literal["mean", "sum"] = "mean",
+        eps: float = 1e-7,
+    ) -> None:
+        super().__init__()
+        self.threshold = threshold
+        self.reduction = reduction
+        self.eps = eps
+
+    def forward(self, batch: LossInput) -> torch.Tensor:
+        name = type(self).__name__
+        s = _scores(name, batch)
+        if batch.targets is not None:
+            per_row = self._dense(s, _targets(name, batch.targets, s))
+        else:
+            per_row = self._sparse(s, _label_ids(name, batch.labels, s, lists=True))
+        return _reduce(per_row, self.reduction)
+
+    def _dense(self, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        absent = torch.isneginf(s)
+        # Selecting −∞ instead of adding it keeps −s = +∞ of an absent entry out of the sums.
+        log_neg = _lse(torch.where(absent, _NEG_INF, s) + _safe_log1m(t), dim=1)
+        log_pos = _lse(torch.where(absent, _NEG_INF, -s) + _safe_log(t), dim=1)
+        return self._combine(log_neg, log_pos)
+
+    def _combine(self, log_neg: torch.Tensor, log_pos: torch.Tensor) -> torch.Tensor:
+        """Per-row loss from log Σ_N e^{s} and log Σ_P e^{−s} (either may be −∞)."""
+        if self.threshold:
+            return _log1p_exp(log_neg) + _log1p_exp(log_pos)
+        return _log1p_exp(log_neg + log_pos)
+
+    def _sparse(self, s: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        single = labels.ndim == 1
+        ids = labels.unsqueeze(1) if single else labels
+        s_pos = s.gather(1, ids.clamp(min=0))
+        present = (ids >= 0) & ~torch.isneginf(s_pos)
+        if single and not self.threshold:
+            # log(1 + Σ_{i≠y} e^{s_i − s_y}) = LSE(s) − s_y: no subtraction of masses needed.
+            s_y = torch.where(present, s_pos, 0.0).squeeze(1)
+            return torch.where(present.squeeze(1), _lse(s, dim=1) - s_y, 0.0)
+        log_pos = _lse(torch.where(present, -s_pos, _NEG_INF), dim=1)
+        pos_mass = _lse(torch.where(present, s_pos, _NEG_INF), dim=1)
+        # threshold: the total includes e^{s₀} = 1, so the difference is log(1 + Σ_N e^{s}).
+        total = _lse(torch.cat([s, s.new_zeros(s.shape[0], 1)], dim=1) if self.threshold else s, 1)
+        share = torch.where(torch.isneginf(pos_mass), _NEG_INF, pos_mass - total)
+        # Clamping the exponent (not the log's result) keeps the gradient finite at the clamp.
+        share = share.clamp(max=math.log1p(-self.eps))
+        log_rest = total + _log1m_exp(share)
+        if self.threshold:
+            return log_rest + _log1p_exp(log_pos)
+        return _log1p_exp(log_rest + log_pos)
+
+    def confidence(
+        self, top_scores: torch.Tensor, log_partition: torch.Tensor
+    ) -> torch.Tensor | None:
+        """σ(2s) with the threshold class, the optimum t = σ(2s) of the soft loss; the softmax
+        probability without it (the pairwise form with one positive is softmax CE)."""
+        if self.threshold:
+            return torch.sigmoid(2.0 * top_scores)
+        return super().confidence(top_scores, log_partition)
+
+    def extra_repr(self) -> str:
+        return f"threshold={self.threshold}, reduction={self.reduction!r}, eps={self.eps:g}"
+
+
+class NWayMClass(Loss):
+    """Su Jianlin's "n-way m-class" loss l₁ (kexue.fm/archives/9158), with n = the B rows of
+    the batch and m = the C classes.
+
+    On scores s = ``batch.logits`` (B, C) and targets t (B, C), rows summing to 1::
+
+        l₁ = Σ_j log(1 + Σ_i Σ_{k≠j} t_ij e^{s_ik − s_ij})
+           = Σ_j softplus(LSE_i (log t_ij + r_ij)),   r_ij = LSE_{k≠j} s_ik − s_ij
+
+    the first-order truncation of Σ_i Σ_j t_ij · (−log softmax(s_i)_j), the batch's summed
+    softmax cross-entropy. ``batch.targets`` (B, C) in [0, 1] takes the general formula (soft
+    labels have no closed-form optimum; it is computed all the same); otherwise the (B,)
+    ``batch.labels`` y give Σ over the classes j present in the batch of
+    softplus(LSE_{i : y_i = j} r_i), r_i = LSE_{k≠y_i} s_ik − s_{i,y_i}, with the per-class
+    log-sum-exp done by scatter ops in O(B·C).
+
+    Built-in imbalance damping: moving the sum over rows inside the log makes a class's term
+    grow like log(#rows of that class) rather than in proportion to it; k identical rows of a
+    class give exactly softplus(r + log k), so doubling a class adds about log 2. Since rows of
+    one class share a log, the loss does not decompose over rows: its value depends on how the
+    batch is composed.
+
+    For m = 2, with d_i = s_i1 − s_i0 and τ_i = t_i1, l₁ = log(1 + Σ_i τ_i e^{−d_i}) +
+    log(1 + Σ_i (1 − τ_i) e^{d_i}): the multilabel CE (``multilabel-ce``, with threshold) of one
+    example whose C' = B labels have scores d and targets τ.
+
+    ``reduction="sum"`` returns l₁, the sum over classes; ``"mean"`` divides it by B, the number
+    of rows. No prediction-time adjustment; :meth:`confidence` is the softmax default.
+    """
+
+    mode = "full"
+
+    def __init__(self, *, reduction: Literal["sum", "mean"] = "mean") -> None:
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, batch: LossInput) -> torch.Tensor:
+        name = type(self).__name__
+        s = _scores(name, batch)
+        if batch.targets is not None:
+            t = _targets(name, batch.targets, s)
+            r = _lse_excluding_each(s) - s
+            terms = _log1p_exp(_lse(_safe_log(t) + r, dim=0))
+        else:
+            terms = self._hard_terms(s, _label_ids(name, batch.labels, s, lists=False))
+        total = terms.sum()
+        return total if self.reduction == "sum" else total / s.shape[0]
+
+    @staticmethod
+    def _hard_terms(s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-class terms (C,) for single labels; 0 for a class absent from the batch."""
+        c = s.shape[1]
+        s_y = s.gather(1, y.unsqueeze(1)).squeeze(1)
+        r = _lse(s.scatter(1, y.unsqueeze(1), _NEG_INF), dim=1) - s_y
+        # Any per-class shift gives the same log-sum-exp, so the max needs no gradient.
+        top = torch.full((c,), _NEG_INF, dtype=s.dtype, device=s.device)
+        top = top.scatter_reduce(0, y, r.detach(), reduce="amax", include_self=True)
+        top = torch.where(torch.isfinite(top), top, 0.0)
+        mass = s.new_zeros(c).index_add(0, y, torch.exp(r - top[y]))
+        present = mass > 0
+        lse = torch.where(present, top + torch.log(torch.where(present, mass, 1.0)), _NEG_INF)
+        return _log1p_exp(lse)
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
