@@ -148,7 +148,7 @@ class ClassBalancedLoss(Loss):
             else:
                 modulator = torch.exp(self.gamma * F.logsigmoid(z))
             terms = modulator * terms
-            positive = torch.exp(-self.gamma * F.softplus(-z_y)) * positive
+            positive = torch.exp(-self.gamma * F.softplus(z_y)) * positive
         # In place on a fresh product/softplus output, which their backward passes do not save.
         return terms.scatter_(1, y, positive).sum(dim=1)
 
