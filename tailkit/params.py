@@ -82,11 +82,14 @@ class EvaluateParams:
     batch_size: int = 2048
     label_chunk: int = 65536
     top_k: int = 5
+    # Test rows per class for the intra-class distance (pairwise, so O(rows²) per class).
+    diameter_rows: int = 256
 
     constraints: ClassVar = {
         "batch_size": Interval(1, None),
         "label_chunk": Interval(1, None),
         "top_k": Interval(5, None),  # top5_accuracy needs at least 5
+        "diameter_rows": Interval(2, None),
     }
 
 

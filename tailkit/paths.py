@@ -57,6 +57,10 @@ class Layout:
     def curve(self, experiment: str) -> Path:
         return self.root / "plots" / "train" / f"{experiment}.tsv"
 
+    def eval_plots(self, experiment: str) -> Path:
+        """Per-experiment evaluation plots: the margin CDF of each many/medium/few group."""
+        return self.root / "plots" / "eval" / experiment
+
     @property
     def report(self) -> Path:
         return self.root / "reports" / "summary.md"

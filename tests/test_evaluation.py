@@ -8,7 +8,13 @@ import torch
 from sklearn.metrics import balanced_accuracy_score
 
 from tailkit.components import Loss, PredictionContext
-from tailkit.evaluation.metrics import classification_metrics, shot_groups
+from tailkit.evaluation.embeddings import class_diameters, diameter_summary, pick_rows
+from tailkit.evaluation.metrics import (
+    classification_metrics,
+    expected_calibration_error,
+    margin_summary,
+    shot_groups,
+)
 from tailkit.evaluation.predict import predict
 from tailkit.plugins.models.linear import Linear
 from tailkit.training.output_layer import OutputLayer
@@ -89,3 +95,89 @@ def test_group_boundaries_follow_classifier_balancing():
     assert groups["many"].tolist() == [True, False, False, False]
     assert groups["medium"].tolist() == [False, True, True, False]
     assert groups["few"].tolist() == [False, False, False, True]
+
+
+# ---------------------------------------------------------------- margins, ECE, diameters
+
+
+def test_margins_from_chunked_predictions_equal_the_dense_definition():
+    g = torch.Generator().manual_seed(3)
+    c, d, n = 40, 5, 60
+    layer = OutputLayer(c, d, generator=g)
+    x = torch.randn(n, d, generator=g)
+    y = torch.randint(c, (n,), generator=g)
+    ctx = PredictionContext(log_prior=torch.zeros(c))
+    preds, _ = predict(Linear(d), layer, _Plain(), ctx, x, y, k=5, label_chunk=7)
+    scores = (x @ layer.weight.T + layer.bias).double()
+    expected = []
+    for i in range(n):
+        others = [scores[i, j].item() for j in range(c) if j != y[i]]
+        expected.append(scores[i, y[i]].item() - max(others))
+    assert preds.margins(y).double().numpy() == pytest.approx(np.array(expected), abs=1e-5)
+    # A positive margin is exactly a correct top-1 prediction.
+    assert ((preds.margins(y) > 0) == (preds.topk[:, 0] == y)).all()
+
+
+def test_expected_calibration_error_against_a_loop():
+    rng = np.random.default_rng(4)
+    confidence = rng.uniform(0, 1, 500)
+    confidence[:3] = [0.0, 1.0, 1 / 15]  # the edges
+    correct = rng.uniform(0, 1, 500) < confidence**0.5
+    total = 0.0
+    for b in range(15):
+        lo, hi = b / 15, (b + 1) / 15
+        inside = [(c >= lo) and (c < hi or (b == 14 and c <= hi)) for c in confidence]
+        inside = np.array(inside)
+        if inside.any():
+            total += inside.sum() / 500 * abs(correct[inside].mean() - confidence[inside].mean())
+    assert expected_calibration_error(confidence, correct) == pytest.approx(total, abs=1e-12)
+    # Perfectly calibrated in every bin gives 0; always-wrong certainty gives 1.
+    assert expected_calibration_error(np.ones(10), np.zeros(10)) == pytest.approx(1.0)
+
+
+def test_margin_summary_groups_rows_by_their_labels_training_count():
+    train_counts = np.array([500, 50, 5])
+    labels = np.array([0, 0, 1, 1, 1, 2])
+    margins = np.array([2.0, -1.0, 0.5, 1.5, -0.5, -3.0])
+    summary, cdfs = margin_summary(margins, labels, train_counts)
+    assert summary["many"] == {"median": 0.5, "mean": 0.5, "negative_fraction": 0.5, "rows": 2}
+    assert summary["medium"]["median"] == 0.5 and summary["few"]["negative_fraction"] == 1.0
+    assert cdfs["medium"][0] == -0.5 and cdfs["medium"][-1] == 1.5
+    assert np.all(np.diff(cdfs["many"]) >= 0)
+    none, _ = margin_summary(margins[:2], labels[:2], train_counts)
+    assert none["few"] is None
+
+
+def test_class_diameters_against_brute_force():
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(40, 3))
+    labels = rng.integers(0, 6, 40)
+    labels[labels == 5] = 4  # class 5 absent
+    labels[0] = 3
+    labels[labels == 3] = 2
+    labels[0] = 3  # class 3 has a single row
+    got = class_diameters(torch.tensor(z), labels, 6)
+    scale = np.linalg.norm(z, axis=1).max()
+    for c in range(6):
+        rows = z[labels == c]
+        if len(rows) < 2:
+            assert np.isnan(got[c])
+            continue
+        best = max(np.linalg.norm(a - b) for a in rows for b in rows)
+        assert got[c] == pytest.approx(best / scale, rel=1e-12)
+    summary = diameter_summary(got, np.array([500, 50, 50, 5, 5, 5]))
+    medium = [got[c] for c in (1, 2) if not np.isnan(got[c])]
+    assert summary["medium"]["classes"] == len(medium)
+    assert summary["medium"]["mean"] == pytest.approx(np.mean(medium))
+    assert summary["many"]["mean"] == pytest.approx(got[0])
+    few = [got[c] for c in (3, 4, 5) if not np.isnan(got[c])]
+    assert summary["few"]["classes"] == len(few) == 1  # class 3 has one row, class 5 none
+
+
+def test_pick_rows_caps_each_class_and_is_seeded():
+    labels = np.array([0] * 50 + [1] * 3 + [2] * 10)
+    picked = pick_rows(labels, 8, seed=1)
+    counts = np.bincount(labels[picked], minlength=3)
+    assert counts.tolist() == [8, 3, 8]
+    assert np.array_equal(picked, pick_rows(labels, 8, seed=1))
+    assert not np.array_equal(picked, pick_rows(labels, 8, seed=2))

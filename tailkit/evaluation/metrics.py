@@ -63,3 +63,49 @@ def classification_metrics(
         out[group] = _mean_or_none(recall[mask & present])
         out[f"{group}_classes"] = int((mask & present).sum())
     return out
+
+
+def expected_calibration_error(
+    confidence: np.ndarray, correct: np.ndarray, bins: int = 15
+) -> float:
+    """ECE of top-1 predictions: Σ_b (n_b / N)·|accuracy_b − mean confidence_b| over ``bins``
+    equal-width confidence bins on [0, 1] (Guo et al. 2017; a confidence of exactly 0 falls
+    in the first bin, 1 in the last)."""
+    confidence = np.clip(np.asarray(confidence, dtype=np.float64), 0.0, 1.0)
+    correct = np.asarray(correct, dtype=np.float64)
+    if confidence.size == 0:
+        raise ValueError("expected_calibration_error: no predictions")
+    which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+    conf_sum = np.bincount(which, weights=confidence, minlength=bins)
+    acc_sum = np.bincount(which, weights=correct, minlength=bins)
+    return float(np.abs(acc_sum - conf_sum).sum() / confidence.size)
+
+
+#: Points of the empirical CDF written per group (margins at these cumulative fractions).
+CDF_POINTS = np.linspace(0.0, 1.0, 101)
+
+
+def margin_summary(
+    margins: np.ndarray, labels: np.ndarray, train_counts: np.ndarray
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Per group (many/medium/few by training count): median, mean and the fraction of rows
+    with a negative margin (misclassified), and the margin at each of :data:`CDF_POINTS`.
+
+    Groups are per *row* here, by the row's true label (ELM's figure 3 pools the rows of each
+    group). A group with no evaluated row gets None and no CDF.
+    """
+    summary: dict[str, Any] = {}
+    cdfs: dict[str, np.ndarray] = {}
+    for group, mask in shot_groups(train_counts).items():
+        values = margins[mask[labels]]
+        if values.size == 0:
+            summary[group] = None
+            continue
+        summary[group] = {
+            "median": float(np.median(values)),
+            "mean": float(values.mean()),
+            "negative_fraction": float((values < 0).mean()),
+            "rows": int(values.size),
+        }
+        cdfs[group] = np.quantile(values, CDF_POINTS)
+    return summary, cdfs

@@ -18,10 +18,28 @@ from tailkit.training.output_layer import OutputLayer
 
 @dataclass
 class Predictions:
-    """Per row: top-k label ids (N, k) by descending score, and log p(true label) (N,)."""
+    """Per row: top-k label ids (N, k) by descending score and their scores (N, k), the true
+    label's score (N,) and log Σ_j exp(score_j) over all labels (N,).
+
+    ``log_likelihood`` is the softmax log p(true label); ``margins`` the logit margin
+    γ(x, y) = f_y(x) − max_{y' ≠ y} f_{y'}(x) (ELM), both from the same (adjusted) scores.
+    """
 
     topk: torch.Tensor
-    log_likelihood: torch.Tensor
+    top_scores: torch.Tensor
+    true_score: torch.Tensor
+    log_partition: torch.Tensor
+
+    @property
+    def log_likelihood(self) -> torch.Tensor:
+        return self.true_score - self.log_partition
+
+    def margins(self, labels: torch.Tensor) -> torch.Tensor:
+        """γ per row; needs k ≥ 2 (the best other label is the first or the second of top-k)."""
+        labels = labels.to(self.topk.device)
+        first_is_true = self.topk[:, 0] == labels
+        best_other = torch.where(first_is_true, self.top_scores[:, 1], self.top_scores[:, 0])
+        return self.true_score - best_other
 
 
 class _Accumulator:
@@ -46,7 +64,7 @@ class _Accumulator:
             self.true_score[rows] = scores[rows, local[rows]]
 
     def result(self) -> Predictions:
-        return Predictions(self.top_ids, self.true_score - self.lse)
+        return Predictions(self.top_ids, self.top_scores, self.true_score, self.lse)
 
 
 @torch.no_grad()

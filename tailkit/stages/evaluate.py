@@ -3,20 +3,34 @@
 Scores are computed in label chunks with the loss's prediction-time adjustment applied (see
 :mod:`tailkit.evaluation.predict`); when the loss has one, the unadjusted metrics are reported
 as well, under ``uncorrected``, as the Bamler–Mandt reference logs both.
+
+Beyond accuracy, what the long-tail papers analyse: the calibration error (ECE) of the loss's
+own calibrated-probability map (``Loss.confidence``: softmax, σ(s), σ(2s)); the logit margins
+γ(x, y) = f_y(x) − max_{y'≠y} f_{y'}(x) per many/medium/few group, with their empirical CDFs in
+``plots/eval/<experiment>/margins-<group>.tsv``; and the maximum intra-class distance of the
+embeddings Φ(x) per class, normalised by the largest embedding norm (ELM figure 4), summarised
+per group over at most ``evaluate.diameter_rows`` test rows of each class.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from tailkit.atomic import write_json
+from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import read_features
-from tailkit.components import PredictionContext
-from tailkit.evaluation.metrics import classification_metrics
+from tailkit.components import Loss, PredictionContext
+from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
+from tailkit.evaluation.metrics import (
+    CDF_POINTS,
+    classification_metrics,
+    expected_calibration_error,
+    margin_summary,
+)
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.params import Params
 from tailkit.paths import Layout, require
@@ -29,10 +43,27 @@ from tailkit.training.loop import log_prior_from_counts
 from tailkit.training.output_layer import OutputLayer
 
 
-def _metrics(preds: Predictions, labels: np.ndarray, counts: np.ndarray) -> dict[str, Any]:
-    return classification_metrics(
+def _metrics(
+    preds: Predictions, labels: np.ndarray, counts: np.ndarray, loss: Loss
+) -> dict[str, Any]:
+    out = classification_metrics(
         labels, preds.topk.cpu().numpy(), preds.log_likelihood.cpu().numpy(), counts
     )
+    confidence = loss.confidence(preds.top_scores[:, 0], preds.log_partition)
+    correct = preds.topk[:, 0].cpu().numpy() == labels
+    out["ece"] = (
+        None
+        if confidence is None
+        else expected_calibration_error(confidence.double().cpu().numpy(), correct)
+    )
+    return out
+
+
+def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
+    with atomic_dir(directory) as tmp:
+        for group, values in cdfs.items():
+            rows = "".join(f"{v:.6g}\t{q:.2f}\n" for v, q in zip(values, CDF_POINTS, strict=True))
+            (tmp / f"margins-{group}.tsv").write_text("margin\tcdf\n" + rows)
 
 
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
@@ -67,11 +98,18 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     )
     labels = test.labels.numpy()
     train_summary = json.loads((model_dir / "train.json").read_text())
+    margins, cdfs = margin_summary(adjusted.margins(test.labels).cpu().numpy(), labels, counts)
+    picked = pick_rows(labels, params.evaluate.diameter_rows, seed=params.base.seed)
+    z = embed(encoder, test.x[torch.from_numpy(picked)], device)
+    diameters = class_diameters(z, labels[picked], len(counts))
     metrics: dict[str, Any] = {
-        "test": _metrics(adjusted, labels, counts),
+        "test": _metrics(adjusted, labels, counts, loss),
         "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
+        "margins": margins,
+        "intra_class_distance": diameter_summary(diameters, counts),
     }
     if raw is not None:
-        metrics["uncorrected"] = _metrics(raw, labels, counts)
+        metrics["uncorrected"] = _metrics(raw, labels, counts, loss)
+    _write_margin_cdfs(layout.eval_plots(experiment), cdfs)
     write_json(layout.metrics(experiment), metrics)
     return metrics

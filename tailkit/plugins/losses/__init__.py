@@ -5,7 +5,9 @@ from tailkit.hookspecs import hookimpl
 
 @hookimpl
 def register_losses(register):
+    from tailkit.plugins.losses.class_balanced import ClassBalancedLoss
     from tailkit.plugins.losses.decoupled import Decoupled, SampledDecoupled
+    from tailkit.plugins.losses.ldam import LDAM
     from tailkit.plugins.losses.logit_adjusted import BalancedSoftmax, LogitAdjusted
     from tailkit.plugins.losses.nce import NCE
     from tailkit.plugins.losses.negative_sampling import NegativeSampling
@@ -20,3 +22,5 @@ def register_losses(register):
     register("balanced-softmax", BalancedSoftmax)
     register("decoupled", Decoupled)
     register("sampled-decoupled", SampledDecoupled)
+    register("ldam", LDAM)
+    register("cb-focal", ClassBalancedLoss)
