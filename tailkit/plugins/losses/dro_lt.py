@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 
 from tailkit.components import Loss, LossInput
-from tailkit.plugins.losses.elm import adopt_lazy_shapes, logits_and_embeddings, squared_distances
+from tailkit.plugins.losses.elm import grow_lazy_buffers, logits_and_embeddings
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -41,11 +42,10 @@ def dro_loss(
     ``per_class=True`` also returns loss_k (K,) (0 for an absent class).
     """
     labels = labels.long()
-    centre = z.detach().mean(dim=0)
-    d2 = squared_distances(prototypes - centre, z - centre)
-    # A prototype can coincide with a feature (a class seen once, whose prototype is that
-    # feature): there the norm has no derivative, and √ would give 0·∞; take the subgradient 0.
-    dist = torch.where(d2 > 0, d2.clamp_min(torch.finfo(d2.dtype).tiny).sqrt(), 0.0)
+    # Direct differences, not ‖a‖² + ‖b‖² − 2a·b: the square root turns that form's rounding
+    # error near 0 into √eps·‖z‖ (3e-4·‖z‖ in float32), and a prototype often sits on a feature
+    # (a class seen once). cdist's own backward gives such a pair the subgradient 0.
+    dist = torch.cdist(prototypes.to(z.dtype), z, compute_mode="donot_use_mm_for_euclid_dist")
     positive = proto_labels.long().unsqueeze(1) == labels.unsqueeze(0)
     if isinstance(epsilon, torch.Tensor):
         radius = epsilon.to(z.dtype)[labels].unsqueeze(0)
@@ -116,6 +116,7 @@ class DROLT(Loss):
         self.prototype_momentum = prototype_momentum
         self.ce_weighting = ce_weighting
         self.ready = False
+        self.register_load_state_dict_pre_hook(partial(grow_lazy_buffers, ("prototypes",)))
 
     def setup(self, class_counts: torch.Tensor) -> None:
         counts = class_counts.to(torch.float64)
@@ -126,14 +127,10 @@ class DROLT(Loss):
         )
         self.register_buffer("ce_weights", counts / counts.max(), persistent=False)
         # d is unknown until the first forward: an empty trailing dimension, grown there or by
-        # load_state_dict (see _load_from_state_dict).
+        # load_state_dict (grow_lazy_buffers).
         self.register_buffer("prototypes", torch.zeros(c, 0, device=device))
         self.register_buffer("seen", torch.zeros(c, dtype=torch.bool, device=device))
         self.ready = True
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        adopt_lazy_shapes(self, state_dict, prefix, ("prototypes",))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, batch: LossInput) -> torch.Tensor:
         if not self.ready:

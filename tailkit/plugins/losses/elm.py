@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -23,10 +24,15 @@ def logits_and_embeddings(name: str, batch: LossInput) -> tuple[torch.Tensor, to
     return batch.logits, batch.embeddings
 
 
-def adopt_lazy_shapes(
-    module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, names: tuple[str, ...]
+def grow_lazy_buffers(
+    names: tuple[str, ...],
+    module: torch.nn.Module,
+    state_dict: dict[str, Any],
+    prefix: str,
+    *_: Any,
 ) -> None:
-    """Give the buffers ``names`` the shape and dtype of their entries in ``state_dict``.
+    """A ``load_state_dict`` pre-hook (bind ``names`` with functools.partial): give the buffers
+    ``names`` the shape and dtype of their entries in the incoming state dict.
 
     A buffer whose trailing size (the embedding dimension d) is only known at the first forward
     is registered empty in ``setup``; a checkpoint written after training holds the full
@@ -35,15 +41,14 @@ def adopt_lazy_shapes(
     """
     for name in names:
         incoming = state_dict.get(prefix + name)
-        current = module._buffers.get(name)
+        current = getattr(module, name, None)
         if (
             isinstance(incoming, torch.Tensor)
-            and current is not None
+            and isinstance(current, torch.Tensor)
             and (incoming.shape != current.shape or incoming.dtype != current.dtype)
         ):
-            module._buffers[name] = torch.zeros(
-                incoming.shape, dtype=incoming.dtype, device=current.device
-            )
+            fresh = torch.zeros(incoming.shape, dtype=incoming.dtype, device=current.device)
+            setattr(module, name, fresh)
 
 
 def squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -115,8 +120,9 @@ class ELM(Loss):
                                                             Google logit-adjustment code)
         Ω_pull(x, y) = log[1 + Σ_{x⁺ ∈ S_y \\ {x}} exp(‖Φ(x) − Φ(x⁺)‖²₂ − α_y)]
 
-    computed as softplus(LSE(·)) with self and other-class pairs masked out, and 0 for an
-    anchor with no positive. Squared Euclidean distances on the raw embedding, no temperature.
+    computed stably as the log-sum-exp of [0, ‖Φ(x) − Φ(x⁺)‖² − α_y, ...] (= softplus of the
+    LSE) with self and other-class pairs masked out as −inf, so an anchor with no positive gets
+    exactly 0. Squared Euclidean distances on the raw embedding, no temperature.
     The margin is α_y = c · P(y)^a (``alpha="prior"``) or c · n_y^a (``"count"``), with a =
     ``alpha_power`` and c = ``alpha_scale``: the paper's CIFAR10-LT α = P(y) is prior with the
     defaults a = c = 1, ImageNet-LT 10·√P(y) is prior with a = 0.5, c = 10, CIFAR100-LT α =
@@ -171,6 +177,7 @@ class ELM(Loss):
         self.positives = positives
         self.memory_size = memory_size
         self.ready = False
+        self.register_load_state_dict_pre_hook(partial(grow_lazy_buffers, ("memory",)))
 
     def setup(self, class_counts: torch.Tensor) -> None:
         counts = class_counts.to(torch.float64)
@@ -183,7 +190,7 @@ class ELM(Loss):
         if self.positives == "memory":
             c = counts.numel()
             # d is unknown until the first forward: an empty trailing dimension, grown there or
-            # by load_state_dict (see _load_from_state_dict).
+            # by load_state_dict (grow_lazy_buffers).
             self.register_buffer(
                 "memory", torch.zeros(c, self.memory_size, 0, device=counts.device)
             )
@@ -191,10 +198,6 @@ class ELM(Loss):
                 "memory_written", torch.zeros(c, dtype=torch.int64, device=counts.device)
             )
         self.ready = True
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        adopt_lazy_shapes(self, state_dict, prefix, ("memory",))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, batch: LossInput) -> torch.Tensor:
         if not self.ready:
@@ -212,7 +215,9 @@ class ELM(Loss):
             pull = self._memory_pull(z, labels, alpha)
         return ce + self.lam * pull.mean()
 
-    def _memory_pull(self, z: torch.Tensor, labels: torch.Tensor, alpha: torch.Tensor):
+    def _memory_pull(
+        self, z: torch.Tensor, labels: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
         if self.memory.shape[-1] != z.shape[-1]:
             if self.memory_written.any():
                 raise ValueError(

@@ -145,11 +145,15 @@ class MultilabelCE(Loss):
       t = 0 or t = 1 masks the entry exactly (log 0 = −∞, no clipping), as bert4keras does.
       The soft loss is convex with optimum t = σ(2s), so :meth:`confidence` is σ(2s).
     - ``batch.labels`` (B,) int: one positive per row; or (B, k) int: lists of positive ids
-      padded with −1. These never build a dense target: as bert4keras's sparse variant, the
-      negative mass is log(1 + Σ_all e^{s}) + log(1 − e^{LSE(s_P) − LSE([s, 0])}), the second
-      log evaluated as log1p(−exp(·)) with 1 − e^{(·)} clamped to [``eps``, 1] so that it stays
-      finite when the positives hold nearly all the mass (bert4keras issue #436). The clamp only
-      binds then, and it floors the negative mass at ``eps`` of the total. (B,) labels with
+      padded with −1. These never build a dense target. As in bert4keras's sparse variant,
+      log(1 + Σ_N e^{s}) is taken as the total minus the positives,
+      LSE([s, 0]) + log(1 − e^{LSE(s_P) − LSE([s, 0])}) (LSE(s) without the 0 for the
+      pairwise form), with log1p(−exp(·)) and 1 − e^{(·)} clamped to [``eps``, 1] so that it
+      stays finite when the positives hold nearly all the mass (bert4keras issue #436). The
+      clamp binds only then, and floors the negative mass at ``eps`` of the total: with the
+      threshold the negative term becomes LSE([s, 0]) + log ε (about 33.9 for one positive
+      scored 50 and negatives at −50, where the dense form gives ≈ 0), which pushes the positive
+      mass back below LSE(s_P) ≈ −log ε + log(1 + Σ_N e^{s}). (B,) labels with
       ``threshold=False`` use the exact softmax form above and need no clamp.
 
     A score of −∞ marks an entry as absent: it is neither a positive nor a negative.
