@@ -52,6 +52,19 @@ TINY_PARAMS = {
             "negatives": 4,
             "optimizer": {"name": "adagrad", "lr": 0.1},
         },
+        # An encoder with parameters, the cosine layer and per-class loss state, end to end.
+        "ldam": {
+            "loss": {"name": "ldam", "drw_epoch": 1},
+            "model": {"name": "mlp", "hidden": [16], "dim": 8},
+            "sampler": "none",
+            "optimizer": {"name": "adagrad", "lr": 0.1},
+        },
+        "dro-lt": {
+            "loss": {"name": "dro-lt"},
+            "model": {"name": "mlp", "hidden": [16], "dim": 8},
+            "sampler": "none",
+            "optimizer": {"name": "adagrad", "lr": 0.1},
+        },
     },
 }
 

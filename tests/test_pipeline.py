@@ -39,6 +39,15 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
     assert (tree["depth"], tree["k"], tree["split_rule"]) == (5, 4, "paper")
     assert tree["val_log_likelihood"] > sampler["uniform"]["val_log_likelihood"] + 0.5
     # Negative sampling from it: bias-corrected scores, and the uncorrected ones beside them.
+    for name in ("ldam", "dro-lt"):  # mlp encoders: cosine layer, learned ε, prototypes
+        metrics = json.loads((tiny_project / "metrics" / f"{name}.json").read_text())
+        assert metrics["test"]["accuracy"] > 3 / 30
+        assert 0.0 <= metrics["test"]["ece"] <= 1.0
+        groups = [g for g in ("many", "medium", "few") if metrics["margins"][g] is not None]
+        assert groups and all(0 <= metrics["margins"][g]["negative_fraction"] <= 1 for g in groups)
+        assert any(metrics["intra_class_distance"][g] for g in groups)
+        cdf = (tiny_project / "plots" / "eval" / name / f"margins-{groups[0]}.tsv").read_text()
+        assert cdf.splitlines()[0] == "margin\tcdf" and len(cdf.splitlines()) == 102
     adversarial = json.loads((tiny_project / "metrics" / "adversarial.json").read_text())
     assert adversarial["test"]["accuracy"] > 3 / 30
     assert adversarial["uncorrected"]["log_likelihood"] != adversarial["test"]["log_likelihood"]
