@@ -15,6 +15,7 @@ from tailkit.evaluation.metrics import (
     margin_summary,
     shot_groups,
 )
+from tailkit.evaluation.plots import margin_cdf_figure, read_cdf
 from tailkit.evaluation.predict import predict
 from tailkit.plugins.models.linear import Linear
 from tailkit.training.output_layer import OutputLayer
@@ -181,3 +182,19 @@ def test_pick_rows_caps_each_class_and_is_seeded():
     assert counts.tolist() == [8, 3, 8]
     assert np.array_equal(picked, pick_rows(labels, 8, seed=1))
     assert not np.array_equal(picked, pick_rows(labels, 8, seed=2))
+
+
+def test_margin_cdf_figure_reads_the_evaluate_files(tmp_path):
+    for name, shift in (("a", 0.0), ("b", 1.0)):
+        d = tmp_path / name
+        d.mkdir()
+        for group in ("many", "few"):
+            rows = "".join(f"{q - 0.5 + shift:.3f}\t{q:.2f}\n" for q in np.linspace(0, 1, 101))
+            (d / f"margins-{group}.tsv").write_text("margin\tcdf\n" + rows)
+    out = margin_cdf_figure({"a": tmp_path / "a", "b": tmp_path / "b"}, tmp_path / "f.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    margins, cdf = read_cdf(tmp_path / "b" / "margins-few.tsv")
+    assert margins[0] == pytest.approx(0.5) and cdf[-1] == 1.0
+    (tmp_path / "bad.tsv").write_text("x\ty\n")
+    with pytest.raises(ValueError, match="bad.tsv"):
+        read_cdf(tmp_path / "bad.tsv")

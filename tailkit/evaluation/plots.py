@@ -1,0 +1,51 @@
+"""PNG figures from the evaluation's plot files (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GROUPS = ("many", "medium", "few")
+
+
+def read_cdf(path: Path) -> tuple[list[float], list[float]]:
+    """(margins, cumulative fractions) from a ``margins-<group>.tsv`` of the evaluate stage."""
+    lines = path.read_text().splitlines()
+    if not lines or lines[0] != "margin\tcdf":
+        raise ValueError(f"{path}: not a margin CDF file (expected the header 'margin\\tcdf')")
+    pairs = [line.split("\t") for line in lines[1:]]
+    return [float(m) for m, _ in pairs], [float(c) for _, c in pairs]
+
+
+def margin_cdf_figure(experiments: dict[str, Path], out: Path, title: str = "") -> Path:
+    """One panel per many/medium/few group, one CDF line per experiment (ELM figure 3 style).
+
+    ``experiments`` maps a name to its ``plots/eval/<experiment>`` directory. A margin > 0 is a
+    correct top-1 prediction, so each curve's height at 0 is the group's error rate.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    for ax, group in zip(axes, GROUPS, strict=True):
+        for name, directory in experiments.items():
+            path = directory / f"margins-{group}.tsv"
+            if path.exists():
+                margins, cdf = read_cdf(path)
+                ax.plot(margins, cdf, label=name, linewidth=1.4)
+        ax.axvline(0.0, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_title(
+            {"many": "head (> 100)", "medium": "torso (20–100)", "few": "tail (< 20)"}[group]
+        )
+        ax.set_xlabel("logit margin γ(x, y)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("fraction of test rows ≤ γ")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
