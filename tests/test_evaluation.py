@@ -196,5 +196,5 @@ def test_margin_cdf_figure_reads_the_evaluate_files(tmp_path):
     margins, cdf = read_cdf(tmp_path / "b" / "margins-few.tsv")
     assert margins[0] == pytest.approx(0.5) and cdf[-1] == 1.0
     (tmp_path / "bad.tsv").write_text("x\ty\n")
-    with pytest.raises(ValueError, match="bad.tsv"):
+    with pytest.raises(ValueError, match=r"bad\.tsv"):
         read_cdf(tmp_path / "bad.tsv")
