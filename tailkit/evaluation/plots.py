@@ -20,7 +20,8 @@ def margin_cdf_figure(experiments: dict[str, Path], out: Path, title: str = "") 
     """One panel per many/medium/few group, one CDF line per experiment (ELM figure 3 style).
 
     ``experiments`` maps a name to its ``plots/eval/<experiment>`` directory. A margin > 0 is a
-    correct top-1 prediction, so each curve's height at 0 is the group's error rate.
+    correct top-1 prediction, so each curve's height at 0 is the group's error rate. The x axis
+    frames the 2–98 % range of all curves.
     """
     import matplotlib
 
@@ -29,11 +30,18 @@ def margin_cdf_figure(experiments: dict[str, Path], out: Path, title: str = "") 
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
     for ax, group in zip(axes, GROUPS, strict=True):
+        lo, hi = float("inf"), float("-inf")
         for name, directory in experiments.items():
             path = directory / f"margins-{group}.tsv"
             if path.exists():
                 margins, cdf = read_cdf(path)
                 ax.plot(margins, cdf, label=name, linewidth=1.4)
+                # Frame the 2–98 % range: a few extreme rows would squash every curve.
+                inner = [m for m, c in zip(margins, cdf, strict=True) if 0.02 <= c <= 0.98]
+                lo, hi = min(lo, *inner, 0.0), max(hi, *inner, 0.0)
+        if lo < hi:
+            pad = 0.05 * (hi - lo)
+            ax.set_xlim(lo - pad, hi + pad)
         ax.axvline(0.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_title(
             {"many": "head (> 100)", "medium": "torso (20–100)", "few": "tail (< 20)"}[group]
