@@ -17,6 +17,7 @@ import statistics
 import time
 
 import torch
+from bench_step import gemm_gflops  # benchmarks/ is the script's directory, on sys.path
 
 from tailkit.components import LossInput
 from tailkit.registry import make_registry
@@ -36,17 +37,6 @@ LOSSES = {
     "elm-memory": {"name": "elm", "positives": "memory"},
     "dro-lt": {"name": "dro-lt"},
 }
-
-
-def gemm_gflops(n: int = 2048, repeats: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t)
-    return 2 * n**3 / statistics.median(times) / 1e9
 
 
 class Case:

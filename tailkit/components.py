@@ -230,3 +230,27 @@ class Encoder(torch.nn.Module):
     """
 
     out_dim: int
+
+
+class CorrectsAtPrediction:
+    """Mixin for a sampled loss with a ``correct_at_prediction`` option: when it is true,
+    prediction adds log q(y|x) from the sampler (the Bayes-optimal undoing of a constant-weight
+    sampling bias, Bamler & Mandt's + log p_n); otherwise scores are used as they are.
+
+    List it before :class:`Loss` in the bases so its ``adjust_scores`` wins.
+    """
+
+    correct_at_prediction: bool = False
+
+    def adjust_scores(
+        self,
+        scores: torch.Tensor,
+        x: torch.Tensor,
+        label_ids: torch.Tensor,
+        ctx: PredictionContext,
+    ) -> torch.Tensor:
+        return ctx.add_log_q(scores, x, label_ids) if self.correct_at_prediction else scores
+
+    @property
+    def adjusts_scores(self) -> bool:
+        return self.correct_at_prediction

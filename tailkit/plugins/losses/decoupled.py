@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput, PredictionContext
+from tailkit.components import CorrectsAtPrediction, Loss, LossInput
 from tailkit.plugins.losses.weighting import Weighting, log_weights
 from tailkit.validation import Constraint, Interval
 
@@ -87,7 +87,7 @@ class Decoupled(_Decoupled):
         return f"margin_loss={self.margin_loss!r}, reduction={self.reduction!r}"
 
 
-class SampledDecoupled(_Decoupled):
+class SampledDecoupled(CorrectsAtPrediction, _Decoupled):
     """Sampled decoupled loss: φ(f_y) + Σ_{j∈N} w_{yj} ϕ(−f_j) over m sampled negatives.
 
     Accidental hits (a negative equal to y) contribute exactly zero. ``weighting`` is one of
@@ -130,19 +130,6 @@ class SampledDecoupled(_Decoupled):
             # A select, not a 0/1 product: a hit's term is exactly zero even if it is inf.
             terms = torch.where(batch.hits.to(torch.bool), 0.0, terms)
         return self._reduce(_positive_term(self.margin_loss, pos) + terms.sum(dim=1))
-
-    def adjust_scores(
-        self,
-        scores: torch.Tensor,
-        x: torch.Tensor,
-        label_ids: torch.Tensor,
-        ctx: PredictionContext,
-    ) -> torch.Tensor:
-        return ctx.add_log_q(scores, x, label_ids) if self.correct_at_prediction else scores
-
-    @property
-    def adjusts_scores(self) -> bool:
-        return self.correct_at_prediction
 
     def extra_repr(self) -> str:
         return (

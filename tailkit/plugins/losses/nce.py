@@ -7,11 +7,11 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import LossInput, PredictionContext
+from tailkit.components import CorrectsAtPrediction, LossInput
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 
 
-class NCE(NegativeSampling):
+class NCE(CorrectsAtPrediction, NegativeSampling):
     """NCE against the sampler's q (Gutmann & Hyvärinen 2010), as Bamler & Mandt's baseline.
 
     The model's score ξ is trained as the logit of a data-vs-noise classifier whose noise
@@ -58,19 +58,6 @@ class NCE(NegativeSampling):
     def terms(self, pos, neg, pos_lq, neg_lq) -> tuple[torch.Tensor, torch.Tensor]:
         pos_term = F.softplus(pos_lq - pos) + self.reg * pos.square()
         return pos_term, F.softplus(neg - neg_lq) + self.reg * neg.square()
-
-    def adjust_scores(
-        self,
-        scores: torch.Tensor,
-        x: torch.Tensor,
-        label_ids: torch.Tensor,
-        ctx: PredictionContext,
-    ) -> torch.Tensor:
-        return ctx.add_log_q(scores, x, label_ids) if self.correct_at_prediction else scores
-
-    @property
-    def adjusts_scores(self) -> bool:
-        return self.correct_at_prediction
 
     def extra_repr(self) -> str:
         return (

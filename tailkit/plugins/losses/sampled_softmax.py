@@ -7,12 +7,12 @@ from typing import ClassVar, Literal
 
 import torch
 
-from tailkit.components import Loss, LossInput, PredictionContext
+from tailkit.components import CorrectsAtPrediction, Loss, LossInput
 from tailkit.plugins.losses.weighting import Weighting, log_weights
 from tailkit.validation import Constraint, Interval
 
 
-class SampledSoftmax(Loss):
+class SampledSoftmax(CorrectsAtPrediction, Loss):
     """Sampled softmax cross-entropy over the positive and m sampled negatives.
 
     Per example, with positive logit f_y, negatives j = 1..m drawn from q (``neg_log_q`` is
@@ -99,19 +99,6 @@ class SampledSoftmax(Loss):
         # The positive column is always finite, so logsumexp never sees an all −inf row.
         per_example = torch.logsumexp(logits, dim=1) - logits[:, 0]
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
-
-    def adjust_scores(
-        self,
-        scores: torch.Tensor,
-        x: torch.Tensor,
-        label_ids: torch.Tensor,
-        ctx: PredictionContext,
-    ) -> torch.Tensor:
-        return ctx.add_log_q(scores, x, label_ids) if self.correct_at_prediction else scores
-
-    @property
-    def adjusts_scores(self) -> bool:
-        return self.correct_at_prediction
 
     def extra_repr(self) -> str:
         return (
