@@ -42,11 +42,8 @@ def dro_loss(
     ``per_class=True`` also returns loss_k (K,) (0 for an absent class).
     """
     labels = labels.long()
-    # Direct differences, not ‖a‖² + ‖b‖² − 2a·b: the square root turns that form's rounding
-    # error near 0 into √eps·‖z‖ (3e-4·‖z‖ in float32), and a prototype often sits on a feature
-    # (a class seen once). cdist's own backward gives such a pair the subgradient 0.
-    dist = torch.cdist(prototypes.to(z.dtype), z, compute_mode="donot_use_mm_for_euclid_dist")
     positive = proto_labels.long().unsqueeze(1) == labels.unsqueeze(0)
+    dist = _distances(prototypes.to(z.dtype), z, positive)
     if isinstance(epsilon, torch.Tensor):
         radius = epsilon.to(z.dtype)[labels].unsqueeze(0)
     else:
@@ -57,6 +54,27 @@ def dro_loss(
     losses = -torch.where(positive, log_p, 0.0).sum(dim=1) / n.clamp_min(1)
     total = losses.sum() / (n > 0).sum().clamp_min(1)
     return (total, losses) if per_class else total
+
+
+def _distances(prototypes: torch.Tensor, z: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """‖μ_k − z_i‖₂ (K, B): one GEMM for all pairs, then the positive pairs again exactly.
+
+    The GEMM form ‖a‖² + ‖b‖² − 2a·b is 5× faster than direct differences (cdist's exact mode
+    was a third of the step), but the square root turns its rounding error near 0 into
+    √eps·‖z‖ (3e-4·‖z‖ in float32), and a prototype often sits on a feature of its own class (a
+    class seen once). Those are positive pairs, one per sample, so they are recomputed from
+    direct differences (B × d), whose norm has the subgradient 0 at 0. Negative pairs are
+    other classes' prototypes, away from the feature; their squared distance is floored at a
+    tiny value so the square root's gradient stays finite. Centring both sets on the
+    prototypes' mean first keeps the GEMM form's cancellation small.
+    """
+    centre = prototypes.detach().mean(dim=0)
+    a, b = prototypes - centre, z - centre
+    d2 = a.square().sum(1, keepdim=True) + b.square().sum(1) - 2.0 * (a @ b.T)
+    dist = d2.clamp_min(torch.finfo(d2.dtype).tiny).sqrt()
+    k, i = positive.nonzero(as_tuple=True)
+    exact = torch.linalg.vector_norm(z[i] - prototypes[k], dim=1)
+    return dist.index_put((k, i), exact)
 
 
 class DROLT(Loss):

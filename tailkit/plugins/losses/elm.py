@@ -85,6 +85,47 @@ def pull_terms(
     return torch.logsumexp(torch.cat([v.new_zeros(v.shape[0], 1), v], dim=1), dim=1)
 
 
+class _BatchPull(torch.autograd.Function):
+    """Ω_pull of every anchor against the other rows of the same batch, with its gradient
+    written out: the same value as :func:`pull_terms` (z, z, valid, alpha) in two GEMMs and a
+    few B × B passes, where autograd's graph of the same expression took three GEMMs and about
+    twice the passes (the pull was a third of an ELM step).
+
+    With a = z − mean(z), d²_ij = ‖a_i − a_j‖² and P_ij = exp(d²_ij − α_i − Ω_i) the softmax
+    weight of pair (i, j) (0 for a masked pair), ∂Ω_i/∂d²_ij = P_ij, and since d² is symmetric
+    in its two arguments, ∂L/∂z = 2[(r + c) ⊙ a − (W + Wᵀ) a] with W = diag(g) P and r, c its
+    row and column sums. The clamp of d² at 0 is ignored in the gradient: where it binds, the
+    points coincide and 2(a_i − a_j) is 0 anyway.
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, valid: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        a = z - z.mean(dim=0)
+        # Only the same-class pairs enter: exp over the masked majority of a B × B matrix would
+        # cost more than the rest (exp(−inf) takes the slow path, 5× a normal exp on this CPU).
+        rows, cols = valid.nonzero(as_tuple=True)
+        v = squared_distances(a, a)[rows, cols] - alpha[rows]
+        # log(1 + Σ_j e^{v_ij}) with the 1 as a v = 0 term, shifted by max(0, max_j v_ij).
+        top = torch.zeros_like(alpha).scatter_reduce_(0, rows, v, "amax", include_self=True)
+        weights = (v - top[rows]).exp_()
+        total = torch.exp(-top).index_add_(0, rows, weights)
+        weights.div_(total[rows])  # P_ij = e^{v_ij − Ω_i}
+        ctx.save_for_backward(a, weights, rows, cols)
+        return top + total.log()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        a, weights, rows, cols = ctx.saved_tensors
+        b = a.shape[0]
+        w = weights * grad[rows]
+        degree = torch.zeros(b, dtype=a.dtype, device=a.device)
+        degree.index_add_(0, rows, w).index_add_(0, cols, w)
+        dense = torch.zeros(b, b, dtype=a.dtype, device=a.device).index_put_((rows, cols), w)
+        dense.index_put_((cols, rows), w, accumulate=True)  # W + Wᵀ
+        grad_z = 2.0 * (degree.unsqueeze(1) * a - dense @ a)
+        return grad_z, None, None
+
+
 def ring_slots(labels: torch.Tensor, written: torch.Tensor, size: int) -> tuple[torch.Tensor, ...]:
     """Where each row of a batch goes in a per-class ring buffer of ``size`` slots.
 
@@ -210,7 +251,7 @@ class ELM(Loss):
         if self.positives == "batch":
             same = labels.unsqueeze(0) == labels.unsqueeze(1)
             valid = same & ~torch.eye(labels.numel(), dtype=torch.bool, device=z.device)
-            pull = pull_terms(z, z, valid, alpha)
+            pull = _BatchPull.apply(z, valid, alpha.detach())
         else:
             pull = self._memory_pull(z, labels, alpha)
         return ce + self.lam * pull.mean()
