@@ -20,10 +20,30 @@ def test_plugins_prints_json_of_builtin_plugins():
     plugins = {p["name"]: p for p in json.loads(result.output)}
     assert sorted(plugins["tailkit.samplers"]["registered"]["samplers"]) == [
         "in-batch",
+        "model-based",
         "tree",
         "uniform",
         "unigram",
     ]
+    assert sorted(plugins["tailkit.losses"]["registered"]["losses"]) == sorted(
+        [
+            "softmax",
+            "sampled-softmax",
+            "negative-sampling",
+            "nce",
+            "logit-adjusted",
+            "balanced-softmax",
+            "decoupled",
+            "sampled-decoupled",
+            "ldam",
+            "cb-focal",
+            "elm",
+            "dro-lt",
+            "multilabel-ce",
+            "nway-mclass",
+        ]
+    )
+    assert sorted(plugins["tailkit.models"]["registered"]["models"]) == ["linear", "mlp"]
     assert plugins["tailkit.losses"]["distribution"] == "tailkit"
     assert plugins["tailkit.losses"]["version"]
 
