@@ -293,7 +293,7 @@ def test_bad_training_labels_are_rejected() -> None:
 
 def test_registered_with_options_validated() -> None:
     registry = make_registry(load_entrypoints=False, extra_plugins=[("samplers", sampler_plugin)])
-    assert registry.names("samplers") == ["in-batch", "tree", "uniform", "unigram"]
+    assert registry.names("samplers") == ["in-batch", "model-based", "tree", "uniform", "unigram"]
     descriptions = {c.name: c.description for c in registry.components("samplers")}
     assert descriptions["uniform"] == "Uniform proposal q(y) = 1/C."
     unigram = registry.build(
