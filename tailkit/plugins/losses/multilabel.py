@@ -234,8 +234,9 @@ class MultilabelCE(Loss):
 
 
 class NWayMClass(Loss):
-    """Su Jianlin's "n-way m-class" loss l₁ (kexue.fm/archives/9158), with n = the B rows of
-    the batch and m = the C classes.
+    """Su Jianlin's "n-way m-class" loss l₁ (kexue.fm/archives/9158) over the batch's rows.
+
+    n is the B rows of the batch and m the C classes.
 
     On scores s = ``batch.logits`` (B, C) and targets t (B, C), rows summing to 1::
 
