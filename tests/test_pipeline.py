@@ -46,6 +46,10 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         groups = [g for g in ("many", "medium", "few") if metrics["margins"][g] is not None]
         assert groups and all(0 <= metrics["margins"][g]["negative_fraction"] <= 1 for g in groups)
         assert any(metrics["intra_class_distance"][g] for g in groups)
+        ranking = metrics["ranking"]
+        assert ranking["P@1"] == pytest.approx(metrics["test"]["accuracy"])
+        assert ranking["R@5"] == pytest.approx(metrics["test"]["top5_accuracy"])
+        assert 0 < ranking["PSP@5"] <= 1 and 0 < ranking["coverage@5"] <= 1
         cdf = (tiny_project / "plots" / "eval" / name / f"margins-{groups[0]}.tsv").read_text()
         assert cdf.splitlines()[0] == "margin\tcdf" and len(cdf.splitlines()) == 102
     adversarial = json.loads((tiny_project / "metrics" / "adversarial.json").read_text())

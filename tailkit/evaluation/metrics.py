@@ -1,10 +1,18 @@
-"""Single-label metrics: accuracy, balanced accuracy and the many/medium/few-shot split.
+"""Evaluation metrics: single-label accuracy with the many/medium/few-shot split, calibration,
+margins, and the Extreme Classification Repository's ranking metrics.
 
 Groups follow the classifier-balancing convention (datasets-metrics.md §3.4): by *training*
 count, many > 100, medium 20–100, few < 20. A group's accuracy is the mean of its classes'
 recalls (class-balanced), over the classes that occur in the evaluated split; a group with no
 such class is reported as null. Balanced accuracy is the mean per-class recall over the
 classes present (scikit-learn's ``balanced_accuracy_score``).
+
+The ranking metrics (:func:`ranking_metrics`: P@k, nDCG@k, PSP@k, PSnDCG@k, R@k, coverage@k)
+follow pyxclib's definitions (datasets-metrics.md §2): every test row counts, a row without true
+labels contributes 0, PSP and PSnDCG are ratios of dataset averages against the best ranking by
+inverse propensity, and rankings break score ties by the lower label id (:func:`topk_labels`),
+as PECOS and the Matlab scripts do. They serve single-label rows (one true label) and
+multi-label rows alike.
 """
 
 from __future__ import annotations
@@ -109,3 +117,115 @@ def margin_summary(
         }
         cdfs[group] = np.quantile(values, CDF_POINTS)
     return summary, cdfs
+
+
+# --- Extreme Classification Repository ranking metrics -------------------------------------
+
+#: Jain et al.'s propensity constants (A, B) per dataset, as pyxclib, the Matlab scripts and
+#: AttentionXML use them; any other dataset gets the default (0.55, 1.5).
+PROPENSITY_CONSTANTS: dict[str, tuple[float, float]] = {
+    "WikiLSHTC-325K": (0.5, 0.4),
+    "Wikipedia-500K": (0.5, 0.4),
+    "Amazon-670K": (0.6, 2.6),
+    "Amazon-3M": (0.6, 2.6),
+    "EURLex-4K": (0.55, 1.5),
+    "AmazonCat-13K": (0.55, 1.5),
+    "Wiki10-31K": (0.55, 1.5),
+}
+DEFAULT_PROPENSITY = (0.55, 1.5)
+
+
+def inverse_propensity(
+    train_counts: np.ndarray, num_train: int, a: float = 0.55, b: float = 1.5
+) -> np.ndarray:
+    """q_l = 1/p_l = 1 + C·(N_l + B)^(−A), C = (ln N − 1)·(B + 1)^A (Jain, Prabhu, Varma 2016).
+
+    ``train_counts`` are the training frequencies N_l, ``num_train`` the number of training
+    points N (not the sum of the counts, for multi-label data). A label seen once gets ln N.
+    """
+    if num_train < 1:
+        raise ValueError(f"inverse_propensity: num_train must be >= 1, got {num_train}")
+    counts = np.asarray(train_counts, dtype=np.float64)
+    c = (np.log(num_train) - 1.0) * (b + 1.0) ** a
+    return 1.0 + c * (counts + b) ** (-a)
+
+
+def topk_labels(scores: np.ndarray, k: int) -> np.ndarray:
+    """The k best label ids per row (N, k) of dense ``scores`` (N, L), ranked by (−score, id)."""
+    order = np.argsort(-np.asarray(scores), axis=1, kind="stable")
+    return order[:, : min(k, order.shape[1])]
+
+
+def _csr_truth(true_labels, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of the true label sets: from a list of id lists or a CSR pair."""
+    if isinstance(true_labels, tuple):
+        indptr, indices = (np.asarray(t, dtype=np.int64) for t in true_labels)
+    else:
+        sets = [np.unique(np.asarray(row, dtype=np.int64)) for row in true_labels]
+        indptr = np.zeros(len(sets) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(row) for row in sets])
+        indices = np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64)
+    if indptr.shape[0] != num_rows + 1:
+        raise ValueError(
+            f"ranking_metrics: {indptr.shape[0] - 1} rows of true labels for {num_rows} rankings"
+        )
+    return indptr, indices
+
+
+def ranking_metrics(
+    ranked: np.ndarray,
+    true_labels,
+    num_labels: int,
+    ks: tuple[int, ...] = (1, 3, 5),
+    inv_propensity: np.ndarray | None = None,
+) -> dict[str, float]:
+    """P@k, nDCG@k, R@k, coverage@k and, given ``inv_propensity`` q (L,), PSP@k and PSnDCG@k.
+
+    ``ranked`` (N, K) holds each row's predicted label ids best first (−1 pads a row with fewer
+    than K predictions; padding is a miss). ``true_labels`` is a list of N id lists, or a CSR
+    pair (indptr, indices). Keys are e.g. ``"P@1"``, ``"PSnDCG@5"``.
+    """
+    ranked = np.asarray(ranked, dtype=np.int64)
+    n, width = ranked.shape
+    if max(ks) > width:
+        raise ValueError(f"ranking_metrics: k = {max(ks)} needs {max(ks)} ranked labels per row")
+    indptr, indices = _csr_truth(true_labels, n)
+    sizes = np.diff(indptr)
+    rows = np.repeat(np.arange(n), sizes)
+    # Membership of (row, label) pairs through one sorted key array: no N × L matrix.
+    true_keys = np.sort(rows * num_labels + indices)
+    keys = np.arange(n)[:, None] * num_labels + ranked
+    if len(true_keys):
+        pos = np.searchsorted(true_keys, keys).clip(max=len(true_keys) - 1)
+        hits = (ranked >= 0) & (true_keys[pos] == keys)
+    else:
+        hits = np.zeros(ranked.shape, dtype=bool)
+    discount = 1.0 / np.log2(np.arange(2, width + 2))
+    ideal = np.cumsum(discount)  # ideal[j] = Σ_{i ≤ j} 1/log2(i + 2)
+    true_sets = set(true_keys % num_labels) if num_labels else set()
+    out: dict[str, float] = {}
+    if inv_propensity is not None:
+        q = np.asarray(inv_propensity, dtype=np.float64)
+        gains = np.where(hits, q[ranked.clip(min=0)], 0.0)
+        # The best achievable ranking: each row's true labels by decreasing q.
+        order = np.lexsort((-q[indices], rows))
+        best = q[indices][order]
+        rank_in_row = np.arange(len(indices)) - np.repeat(indptr[:-1], sizes)
+        best_top = np.zeros((n, width))
+        keep = rank_in_row < width
+        best_top[rows[order][keep], rank_in_row[keep]] = best[keep]
+    for k in ks:
+        found = hits[:, :k].sum(axis=1)
+        norm = ideal[np.clip(np.minimum(k, sizes) - 1, 0, None)]  # rows without labels: dcg 0
+        dcg = (hits[:, :k] * discount[:k]).sum(axis=1)
+        out[f"P@{k}"] = float(found.mean() / k)
+        out[f"nDCG@{k}"] = float((dcg / norm).mean())
+        out[f"R@{k}"] = float((found / np.maximum(sizes, 1)).mean())
+        covered = {int(v) for v in ranked[:, :k][hits[:, :k]]}
+        out[f"coverage@{k}"] = len(covered) / len(true_sets) if true_sets else 0.0
+        if inv_propensity is not None:
+            out[f"PSP@{k}"] = float(gains[:, :k].sum() / best_top[:, :k].sum())
+            ps_dcg = (gains[:, :k] * discount[:k]).sum(axis=1) / norm
+            ideal_dcg = (best_top[:, :k] * discount[:k]).sum(axis=1) / norm
+            out[f"PSnDCG@{k}"] = float(ps_dcg.mean() / ideal_dcg.mean())
+    return out

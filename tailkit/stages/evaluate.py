@@ -9,7 +9,9 @@ own calibrated-probability map (``Loss.confidence``: softmax, σ(s), σ(2s)); th
 γ(x, y) = f_y(x) − max_{y'≠y} f_{y'}(x) per many/medium/few group, with their empirical CDFs in
 ``plots/eval/<experiment>/margins-<group>.tsv``; and the maximum intra-class distance of the
 embeddings Φ(x) per class, normalised by the largest embedding norm (ELM figure 4), summarised
-per group over at most ``evaluate.diameter_rows`` test rows of each class.
+per group over at most ``evaluate.diameter_rows`` test rows of each class. Under ``ranking``,
+the Extreme Classification Repository's metrics of the top-5 ranking (P@k, nDCG@k, PSP@k,
+PSnDCG@k, R@k, coverage@k for k = 1, 3, 5; for single-label rows P@1 = R@1 = accuracy).
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ from tailkit.components import Loss, PredictionContext
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
 from tailkit.evaluation.metrics import (
     CDF_POINTS,
+    DEFAULT_PROPENSITY,
+    PROPENSITY_CONSTANTS,
     classification_metrics,
     expected_calibration_error,
+    inverse_propensity,
     margin_summary,
+    ranking_metrics,
 )
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.params import Params
@@ -57,6 +63,15 @@ def _metrics(
         else expected_calibration_error(confidence.double().cpu().numpy(), correct)
     )
     return out
+
+
+def _ranking(preds: Predictions, labels: np.ndarray, counts: np.ndarray, dataset: str):
+    """The XC repository's P@k, nDCG@k, PSP@k, PSnDCG@k, R@k, coverage@k (k = 1, 3, 5) of the
+    top-5 ranking; propensities from the training counts with the dataset's (A, B)."""
+    a, b = PROPENSITY_CONSTANTS.get(dataset, DEFAULT_PROPENSITY)
+    q = inverse_propensity(counts, int(counts.sum()), a, b)
+    csr = (np.arange(labels.shape[0] + 1), labels)
+    return ranking_metrics(preds.topk.cpu().numpy(), csr, len(counts), (1, 3, 5), q)
 
 
 def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
@@ -104,6 +119,7 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     diameters = class_diameters(z, labels[picked], len(counts))
     metrics: dict[str, Any] = {
         "test": _metrics(adjusted, labels, counts, loss),
+        "ranking": _ranking(adjusted, labels, counts, params.dataset["name"]),
         "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
         "margins": margins,
         "intra_class_distance": diameter_summary(diameters, counts),
