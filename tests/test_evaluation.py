@@ -17,6 +17,7 @@ from tailkit.evaluation.metrics import (
 )
 from tailkit.evaluation.plots import margin_cdf_figure, read_cdf
 from tailkit.evaluation.predict import predict
+from tailkit.evaluation.topk import chunked_topk
 from tailkit.plugins.models.linear import Linear
 from tailkit.training.output_layer import OutputLayer
 
@@ -198,3 +199,17 @@ def test_margin_cdf_figure_reads_the_evaluate_files(tmp_path):
     (tmp_path / "bad.tsv").write_text("x\ty\n")
     with pytest.raises(ValueError, match=r"bad\.tsv"):
         read_cdf(tmp_path / "bad.tsv")
+
+
+@pytest.mark.parametrize("chunk,block", [(7, 5), (64, 1000), (1000, 3)])
+def test_chunked_topk_equals_a_dense_topk(chunk, block):
+    g = torch.Generator().manual_seed(6)
+    q, w, b = torch.randn(37, 8, generator=g), torch.randn(150, 8, generator=g), torch.randn(150)
+    scores, ids = chunked_topk(q, w, 5, bias=b, label_chunk=chunk, query_block=block)
+    dense = q @ w.T + b
+    expected = dense.topk(5, dim=1)
+    torch.testing.assert_close(ids, expected.indices)
+    torch.testing.assert_close(scores, expected.values)
+    _, no_bias = chunked_topk(q, w, 200, label_chunk=chunk)  # k > C: all labels, ranked
+    assert no_bias.shape == (37, 150)
+    torch.testing.assert_close(no_bias, (q @ w.T).argsort(dim=1, descending=True))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from tailkit.components import Encoder, Loss, PredictionContext
+from tailkit.evaluation.topk import merge_topk
 from tailkit.training.output_layer import OutputLayer
 
 
@@ -50,12 +51,9 @@ class _Accumulator:
         self.true_score = torch.full((rows,), float("-inf"), device=device)
 
     def add(self, scores: torch.Tensor, start: int, labels: torch.Tensor) -> None:
-        k = self.top_scores.shape[1]
-        chunk_top, chunk_ids = scores.topk(min(k, scores.shape[1]), dim=1)
-        merged = torch.cat([self.top_scores, chunk_top], dim=1)
-        merged_ids = torch.cat([self.top_ids, chunk_ids + start], dim=1)
-        self.top_scores, pick = merged.topk(k, dim=1)
-        self.top_ids = merged_ids.gather(1, pick)
+        self.top_scores, self.top_ids = merge_topk(
+            self.top_scores, self.top_ids, scores, start, self.top_scores.shape[1]
+        )
         self.lse = torch.logaddexp(self.lse, torch.logsumexp(scores, dim=1))
         local = labels - start
         inside = (local >= 0) & (local < scores.shape[1])
