@@ -9,7 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.components import Loss, LossInput
-from tailkit.plugins.losses.elm import grow_lazy_buffers, logits_and_embeddings
+from tailkit.plugins.losses.elm import (
+    grow_lazy_buffers,
+    logits_and_embeddings,
+    squared_distances,
+)
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -70,7 +74,7 @@ def _distances(prototypes: torch.Tensor, z: torch.Tensor, positive: torch.Tensor
     """
     centre = prototypes.detach().mean(dim=0)
     a, b = prototypes - centre, z - centre
-    d2 = a.square().sum(1, keepdim=True) + b.square().sum(1) - 2.0 * (a @ b.T)
+    d2 = squared_distances(a, b)
     dist = d2.clamp_min(torch.finfo(d2.dtype).tiny).sqrt()
     k, i = positive.nonzero(as_tuple=True)
     exact = torch.linalg.vector_norm(z[i] - prototypes[k], dim=1)

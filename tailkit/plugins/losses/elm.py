@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.components import Loss, LossInput
+from tailkit.plugins.losses.logit_adjusted import prior_offsets
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -226,7 +227,7 @@ class ELM(Loss):
         base = prior if self.alpha == "prior" else counts
         # Derived from the counts, which setup receives again before any load: not checkpointed.
         # Kept in float64 and cast per step, so float64 inputs see the exact tables.
-        self.register_buffer("log_adjustment", torch.log(prior**self.tau + 1e-12), persistent=False)
+        self.register_buffer("log_adjustment", prior_offsets(counts, self.tau), persistent=False)
         self.register_buffer("margins", self.alpha_scale * base**self.alpha_power, persistent=False)
         if self.positives == "memory":
             c = counts.numel()
