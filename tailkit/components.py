@@ -17,25 +17,44 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-Modality = Literal["dense"]
+Modality = Literal["dense", "sparse", "image"]
 
 
 @dataclass
 class RawData:
     """What a dataset's ``load`` returns: every row of the raw data, before any split.
 
-    ``inputs`` is an (N, D) float32 array for the ``dense`` modality. ``labels`` holds one
-    int64 label id per row in ``[0, len(label_names))``.
+    ``inputs`` by modality:
+
+    * ``dense``: an (N, D) float32 array;
+    * ``sparse``: an (N, D) ``scipy.sparse.csr_matrix`` of float32 with sorted, unique column
+      indices per row (bag-of-words counts or TF-IDF values, as the source stores them);
+    * ``image``: an (N, H, W, 3) uint8 array (channels last, as decoded), or, for datasets too
+      large to hold decoded, an (N,) object array of image file paths under the dataset root.
+
+    ``labels`` is either one int64 label id per row in ``[0, len(label_names))``
+    (single-label), or an (N, C) ``scipy.sparse.csr_matrix`` 0/1 indicator with sorted
+    indices (multi-label; a row may have no label at all, as in the XC repository).
+
+    ``splits`` optionally fixes the dataset's own partition, e.g. CIFAR's 50,000/10,000 or an
+    XC dataset's trn/tst files: split name (``"train"``, ``"val"``, ``"test"``) → sorted
+    int64 row ids. ``subsample`` keeps such a test split as it is and applies the long-tail
+    profile to the given training rows only.
     """
 
-    inputs: np.ndarray
-    labels: np.ndarray
+    inputs: Any
+    labels: Any
     label_names: list[str]
     modality: Modality = "dense"
+    splits: dict[str, np.ndarray] | None = None
 
     @property
     def num_classes(self) -> int:
         return len(self.label_names)
+
+    @property
+    def multilabel(self) -> bool:
+        return not isinstance(self.labels, np.ndarray)
 
 
 @runtime_checkable
