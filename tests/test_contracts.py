@@ -57,6 +57,7 @@ EXAMPLE = _example_registry()
 # the structural checks; geonames is left out on purpose (its own tests cover the real fetch).
 TINY_DATASETS: dict[str, dict[str, Any]] = {
     "synthetic": {"num_classes": 13, "num_examples": 60, "dim": 4, "branching": 3},
+    "digits": {},
 }
 
 
