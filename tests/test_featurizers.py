@@ -1,17 +1,26 @@
-"""Built-in featurizers: identity and random Fourier features."""
+"""Built-in featurizers: identity, random Fourier features, PCA, TF-IDF + SVD and pixels."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from PIL import Image
+from sklearn.decomposition import TruncatedSVD
 
 from tailkit.components import Featurizer
-from tailkit.errors import InvalidParameterError
+from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.plugins.featurizers import rff as rff_module
 from tailkit.plugins.featurizers.identity import Identity
+from tailkit.plugins.featurizers.pca import PCA
+from tailkit.plugins.featurizers.pixels import Pixels
 from tailkit.plugins.featurizers.rff import RandomFourierFeatures
+from tailkit.plugins.featurizers.tfidf_svd import TfidfSVD
+from tailkit.registry import make_registry
+from tailkit.testing import ContractError, check_featurizer
 from tailkit.validation import option_signature, validate_options
 
 
@@ -85,3 +94,224 @@ def test_rff_options_and_misuse() -> None:
     f.fit(np.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"\(N, 3\)"):
         f.transform(np.zeros((2, 4)))
+
+
+# --- declared input and output kinds ----------------------------------------------------------
+
+
+def test_every_builtin_featurizer_declares_what_it_accepts_and_outputs() -> None:
+    declared = {
+        c.name: (c.factory.accepts, c.factory.output)
+        for c in make_registry().components("featurizers")
+        if c.plugin == "tailkit.featurizers"
+    }
+    assert declared == {
+        "identity": (("dense",), "dense"),
+        "rff": (("dense",), "dense"),
+        "pca": (("dense",), "dense"),
+        "tfidf-svd": (("sparse", "dense"), "dense"),
+        "pixels": (("image",), "image"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("featurizer", "inputs", "match"),
+    [
+        (Pixels(), np.zeros((4, 3), np.float32), r"'pixels' accepts images.*float32 array of "),
+        (Pixels(), np.zeros((4, 8, 8, 3), np.float32), r"'pixels'.*float32 array of shape"),
+        (Pixels(), np.array([1, 2], dtype=object), r"'pixels'.*object array of shape \(2,\)"),
+        (TfidfSVD(), np.zeros((4, 8, 8, 3), np.uint8), r"'tfidf-svd'.*uint8 array of shape"),
+        (PCA(), sp.csr_matrix(np.eye(3)), r"'pca' accepts dense.*sparse csr matrix"),
+        (PCA(), np.zeros((4, 8, 8, 3), np.uint8), r"'pca'.*\(4, 8, 8, 3\)"),
+    ],
+)
+def test_the_wrong_input_kind_is_a_one_line_error(featurizer, inputs, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as info:
+        featurizer.fit(inputs)
+    assert "\n" not in str(info.value)
+
+
+# --- tfidf-svd --------------------------------------------------------------------------------
+
+
+def _tfidf(counts: np.ndarray, train: np.ndarray) -> np.ndarray:
+    """scikit-learn's TfidfTransformer defaults written out: smooth idf, then L2 rows."""
+    n = train.shape[0]
+    df = np.count_nonzero(train, axis=0)
+    idf = np.log((1 + n) / (1 + df)) + 1
+    weighted = counts * idf
+    norms = np.linalg.norm(weighted, axis=1, keepdims=True)
+    return np.divide(weighted, norms, out=np.zeros_like(weighted), where=norms > 0)
+
+
+def _counts(seed: int, n: int = 60, d: int = 25) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(rng.uniform(0.05, 2.0, size=d), size=(n, d)).astype(np.float64)
+    counts[:, 3] = 0  # a word absent from every document
+    counts[55] = 0  # an empty document (in the transformed rows only)
+    return counts
+
+
+def _same_up_to_sign(actual: np.ndarray, expected: np.ndarray, atol: float) -> None:
+    signs = np.sign(np.sum(actual * expected, axis=0))
+    assert np.all(signs != 0)
+    np.testing.assert_allclose(actual, expected * signs, atol=atol, rtol=0)
+
+
+def test_tfidf_svd_matches_an_explicit_tfidf_and_truncated_svd() -> None:
+    counts = _counts(0)
+    train = counts[:50]
+    f = TfidfSVD(dim=6, seed=3).fit(sp.csr_matrix(train, dtype=np.float32))
+    out = f.transform(sp.csr_matrix(counts, dtype=np.float32))
+    assert out.shape == (60, 6) and out.dtype == np.float32
+    # The same TruncatedSVD on the explicit TF-IDF matrix (dense) gives the same features.
+    svd = TruncatedSVD(6, random_state=3).fit(_tfidf(train, train))
+    np.testing.assert_allclose(out, svd.transform(_tfidf(counts, train)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(out[55], 0)
+    # Dense counts are the same input.
+    np.testing.assert_array_equal(TfidfSVD(dim=6, seed=3).fit(train).transform(counts), out)
+
+
+def test_tfidf_svd_spans_the_top_singular_vectors() -> None:
+    # dim + 10 oversamples >= D: the randomised range finder sees the whole row space, so the
+    # components are the exact top right singular vectors (up to sign).
+    counts = _counts(1)
+    train = counts[:50]
+    out = TfidfSVD(dim=20, seed=0).fit(sp.csr_matrix(train)).transform(sp.csr_matrix(counts))
+    _, _, vt = np.linalg.svd(_tfidf(train, train), full_matrices=False)
+    _same_up_to_sign(out.astype(np.float64), _tfidf(counts, train) @ vt[:20].T, atol=1e-5)
+
+
+def test_tfidf_svd_caps_dim_and_checks_width() -> None:
+    counts = _counts(2)
+    f = TfidfSVD(dim=500).fit(counts[:50])
+    assert f.transform(counts).shape == (60, 25)  # min(N, D) = 25
+    with pytest.raises(ValueError, match="fitted on 25 columns; got 24"):
+        f.transform(counts[:, :24])
+    with pytest.raises(RuntimeError, match="before fit"):
+        TfidfSVD().transform(counts)
+
+
+# --- pca --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_pca_matches_the_svd_of_the_centred_training_rows(whiten: bool) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((80, 6)) * np.array([5.0, 3.0, 2.0, 1.0, 0.5, 0.1]) + 7.0
+    x = (x @ np.linalg.qr(rng.standard_normal((6, 6)))[0]).astype(np.float32)
+    train = x[:60].astype(np.float64)
+    out = PCA(dim=3, whiten=whiten).fit(x[:60]).transform(x)
+    assert out.shape == (80, 3) and out.dtype == np.float32
+    mean = train.mean(axis=0)
+    _, s, vt = np.linalg.svd(train - mean, full_matrices=False)
+    expected = (x.astype(np.float64) - mean) @ vt[:3].T
+    if whiten:
+        expected /= s[:3] / np.sqrt(len(train) - 1)  # unit variance on the training rows
+    _same_up_to_sign(out.astype(np.float64), expected, atol=2e-5 * np.abs(expected).max())
+
+
+def test_pca_caps_dim_and_is_deterministic() -> None:
+    x = np.random.default_rng(5).standard_normal((30, 4))
+    a = PCA(dim=64).fit(x).transform(x)
+    assert a.shape == (30, 4)
+    np.testing.assert_array_equal(PCA(dim=64).fit(x).transform(x), a)
+    with pytest.raises(ValueError, match="fitted on 4 columns; got 3"):
+        PCA(dim=2).fit(x).transform(x[:, :3])
+
+
+# --- pixels -----------------------------------------------------------------------------------
+
+
+def test_pixels_keeps_decoded_images_byte_for_byte() -> None:
+    x = np.random.default_rng(6).integers(0, 256, size=(5, 7, 9, 3), dtype=np.uint8)
+    f = Pixels(size=4).fit(x)
+    assert f.transform(x) is x  # no copy, no resize: the pixels as they are
+    strided = np.asfortranarray(x)
+    out = f.transform(strided)
+    assert out.dtype == np.uint8 and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, x)
+
+
+def _png(path: Path, pixels: np.ndarray) -> str:
+    Image.fromarray(pixels).save(path)
+    return str(path)
+
+
+def test_pixels_crops_the_centre_of_an_image_whose_short_side_is_size(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    wide = rng.integers(0, 256, size=(6, 14, 3), dtype=np.uint8)  # h = size: crop only
+    odd = rng.integers(0, 256, size=(11, 6, 3), dtype=np.uint8)  # (11 - 6) / 2 rounds to 2
+    square = rng.integers(0, 256, size=(6, 6, 3), dtype=np.uint8)
+    paths = np.array(
+        [_png(tmp_path / f"{i}.png", a) for i, a in enumerate([wide, odd, square])], dtype=object
+    )
+    out = Pixels(size=6).fit(paths).transform(paths)
+    assert out.shape == (3, 6, 6, 3) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out[0], wide[:, 4:10])
+    np.testing.assert_array_equal(out[1], odd[2:8, :])
+    np.testing.assert_array_equal(out[2], square)
+
+
+def test_pixels_resizes_the_short_side_then_crops(tmp_path: Path) -> None:
+    # 20 × 48 (h × w) of four vertical bands, each 12 columns wide; at size 10 the short side
+    # is scaled by 1/2 (to 10 × 24) and the central 10 columns are 7..16 of the resized image:
+    # columns 7..11 lie in band 1 (resized columns 6..11), 12..16 in band 2 — away from the
+    # band edges the bilinear filter (support 2 source pixels at this scale) sees one colour.
+    colours = np.array([[255, 0, 0], [0, 200, 0], [0, 0, 150], [90, 90, 90]], dtype=np.uint8)
+    image = np.repeat(colours, 12, axis=0)[None].repeat(20, axis=0)
+    path = _png(tmp_path / "bands.png", image)
+    out = Pixels(size=10).transform(np.array([path], dtype=object))[0]
+    assert out.shape == (10, 10, 3)
+    np.testing.assert_array_equal(out[:, :4], np.broadcast_to(colours[1], (10, 4, 3)))
+    np.testing.assert_array_equal(out[:, 6:], np.broadcast_to(colours[2], (10, 4, 3)))
+    # And exactly what Pillow's bilinear resize to (24, 10) gives, cut at columns 7..16.
+    reference = np.asarray(Image.fromarray(image).resize((24, 10), Image.Resampling.BILINEAR))
+    np.testing.assert_array_equal(out, reference[:, 7:17])
+
+
+def test_pixels_converts_grey_and_alpha_to_rgb(tmp_path: Path) -> None:
+    grey = np.arange(16, dtype=np.uint8).reshape(4, 4) * 10
+    rgba = np.dstack([np.full((4, 4, 3), 40, np.uint8), np.full((4, 4), 7, np.uint8)])
+    paths = np.array(
+        [_png(tmp_path / "grey.png", grey), _png(tmp_path / "rgba.png", rgba)], dtype=object
+    )
+    out = Pixels(size=4).transform(paths)
+    np.testing.assert_array_equal(out[0], np.repeat(grey[:, :, None], 3, axis=2))
+    np.testing.assert_array_equal(out[1], 40)
+
+
+def test_pixels_names_an_undecodable_file(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(DataValidationError, match=r"broken\.jpg: cannot decode image"):
+        Pixels().transform(np.array([str(bad)], dtype=object))
+
+
+class FloatPixels(Pixels):
+    """Converts images to float, breaking its declared image output."""
+
+    def transform(self, inputs):
+        return super().transform(inputs).astype(np.float32)
+
+
+class OverclaimingPixels(Pixels):
+    """Declares an input kind it cannot take."""
+
+    accepts = ("image", "sparse")
+
+
+@pytest.mark.parametrize(
+    ("factory", "match"),
+    [
+        (
+            FloatPixels,
+            r"on uint8 \(40, 8, 8, 3\) images: transform returned dtype float32, not uint8",
+        ),
+        (OverclaimingPixels, r"on sparse \(40, 50\) CSR counts: fit/transform raised ValueError"),
+    ],
+)
+def test_the_featurizer_contract_checks_every_declared_kind(factory, match: str) -> None:
+    with pytest.raises(ContractError, match=match) as info:
+        check_featurizer(factory)
+    assert factory.__qualname__ in str(info.value)

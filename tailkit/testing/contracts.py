@@ -22,6 +22,8 @@ from __future__ import annotations
 import inspect
 import io
 import math
+import os
+import tempfile
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from tailkit.components import (
@@ -559,40 +562,143 @@ def check_sampler(factory: Callable[..., Any] | Component, /, **options: Any) ->
 
 # --- featurizers ------------------------------------------------------------------------------
 
+MODALITIES = ("dense", "sparse", "image")
+
+
+def _featurizer_inputs(modality: str, workdir: Path) -> list[tuple[str, Any]]:
+    """(what, inputs): 40 rows of ``modality``, as a dataset's ``load`` returns them."""
+    rng = np.random.default_rng(SEED)
+    if modality == "dense":
+        return [("dense (40, 3) float32", rng.standard_normal((40, 3)).astype(np.float32))]
+    if modality == "sparse":
+        counts = rng.poisson(0.3, size=(40, 50)).astype(np.float32)
+        counts[np.arange(40), rng.integers(50, size=40)] += 1  # no empty row
+        return [("sparse (40, 50) CSR counts", sp.csr_matrix(counts))]
+    from PIL import Image  # only image featurizers need Pillow
+
+    pixels = rng.integers(0, 256, size=(40, 8, 8, 3), dtype=np.uint8)
+    paths = np.empty(40, dtype=object)
+    for i in range(40):  # files of varied sizes, so a resizing featurizer has work to do
+        h, w = 6 + i % 5, 7 + i % 4
+        path = workdir / f"image-{i:02d}.png"
+        Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)).save(path)
+        paths[i] = str(path)
+    return [("uint8 (40, 8, 8, 3) images", pixels), ("(40,) image file paths", paths)]
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if sp.issparse(a) or sp.issparse(b):
+        if not (sp.issparse(a) and sp.issparse(b)) or a.shape != b.shape:
+            return False
+        a, b = a.toarray(), b.toarray()
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def _close(a: Any, b: Any) -> bool:
+    if sp.issparse(a) or sp.issparse(b):
+        if not (sp.issparse(a) and sp.issparse(b)):
+            return False
+        a, b = a.toarray(), b.toarray()
+    if a.shape != b.shape:
+        return False
+    if a.dtype == np.uint8:
+        return bool(np.array_equal(a, b))
+    return bool(np.allclose(a, b, rtol=1e-5, atol=1e-6))
+
+
+def _check_features(where: str, out: Any, output: str, inputs: Any) -> None:
+    """``out`` is what ``output`` promises, for the rows of ``inputs``."""
+    n = inputs.shape[0]
+    if output == "image":
+        _expect(isinstance(out, np.ndarray), where, f"transform returned a {type(out).__name__}")
+        _expect(
+            out.dtype == np.uint8,
+            where,
+            f"transform returned dtype {out.dtype}, not uint8 (image output keeps the pixels' "
+            "dtype)",
+        )
+        _expect(
+            out.ndim == 4 and out.shape[0] == n and out.shape[3] == 3 and min(out.shape) >= 1,
+            where,
+            f"transform of shape {inputs.shape} returned shape {out.shape}; expected "
+            f"({n}, H, W, 3)",
+        )
+        return
+    if output == "sparse":
+        _expect(
+            sp.issparse(out) and out.format == "csr",
+            where,
+            f"transform returned a {type(out).__name__}, not a CSR matrix",
+        )
+        data = out.data
+    else:
+        _expect(isinstance(out, np.ndarray), where, f"transform returned a {type(out).__name__}")
+        data = out
+    _expect(out.dtype == np.float32, where, f"transform returned dtype {out.dtype}, not float32")
+    _expect(
+        out.ndim == 2 and out.shape[0] == n and out.shape[1] >= 1,
+        where,
+        f"transform of shape {inputs.shape} returned shape {out.shape}; expected ({n}, D')",
+    )
+    _expect(np.isfinite(data).all(), where, "transform returned non-finite features")
+
 
 def check_featurizer(factory: Callable[..., Any] | Component, /, **options: Any) -> None:
-    """A featurizer fits on (N, 3) float inputs and transforms them to finite float32 (N, D'),
-    row by row, the same way for two fresh instances, without touching its input."""
+    """A featurizer declares what it takes and gives: ``accepts``, a tuple of modalities
+    (``"dense"``, ``"sparse"``, ``"image"``; ``("dense",)`` when absent), and ``output``
+    (``"dense"``, ``"sparse"`` or ``"image"``; ``"dense"`` when absent).
+
+    For every accepted modality (dense: (40, 3) float32; sparse: (40, 50) float32 CSR counts;
+    image: (40, 8, 8, 3) uint8 and an (40,) object array of PNG paths) a fresh instance fits on
+    the first 30 rows and transforms all 40 to the declared output (dense: finite float32
+    (N, D'); sparse: a finite float32 CSR matrix (N, D'); image: uint8 (N, H, W, 3)), row by
+    row, the same way for two fresh instances, without touching its input.
+    """
     factory, label = _resolve(factory, "featurizer")
-    rng = np.random.default_rng(SEED)
-    inputs = rng.standard_normal((40, 3)).astype(np.float32)
-    original = inputs.copy()
-    featurizer = _build(factory, label, options)
-    _expect(isinstance(featurizer, Featurizer), label, "built an object without fit and transform")
-    featurizer.fit(inputs[:30])
-    out = featurizer.transform(inputs)
-    _expect(isinstance(out, np.ndarray), label, f"transform returned a {type(out).__name__}")
-    _expect(out.dtype == np.float32, label, f"transform returned dtype {out.dtype}, not float32")
+    probe = _build(factory, label, options)
+    _expect(isinstance(probe, Featurizer), label, "built an object without fit and transform")
+    accepts = getattr(probe, "accepts", ("dense",))
+    output = getattr(probe, "output", "dense")
     _expect(
-        out.ndim == 2 and out.shape[0] == inputs.shape[0] and out.shape[1] >= 1,
+        isinstance(accepts, tuple) and accepts and set(accepts) <= set(MODALITIES),
         label,
-        f"transform of shape {inputs.shape} returned shape {out.shape}; expected (40, D')",
+        f"accepts is {accepts!r}; expected a non-empty tuple of {', '.join(map(repr, MODALITIES))}",
     )
-    _expect(np.isfinite(out).all(), label, "transform returned non-finite features")
-    _expect(np.array_equal(inputs, original), label, "fit or transform modified its input")
-    part = featurizer.transform(inputs[:5])
     _expect(
-        part.shape == (5, out.shape[1]) and np.allclose(part, out[:5], rtol=1e-5, atol=1e-6),
+        output in MODALITIES,
         label,
-        "transform of the first 5 rows differs from the first 5 rows of the full transform",
+        f"output is {output!r}; expected one of {', '.join(map(repr, MODALITIES))}",
     )
-    twin = _build(factory, label, options)
-    twin.fit(inputs[:30])
-    _expect(
-        np.array_equal(twin.transform(inputs), out),
-        label,
-        "two fresh instances with the same options give different features",
-    )
+    with tempfile.TemporaryDirectory(prefix="tailkit-featurizer-") as workdir:
+        for modality in accepts:
+            for what, inputs in _featurizer_inputs(modality, Path(workdir)):
+                where = f"{label} on {what}"
+                original = inputs.copy()
+                featurizer = _build(factory, label, options)
+                try:
+                    featurizer.fit(inputs[:30])
+                    out = featurizer.transform(inputs)
+                except Exception as exc:  # the point is which input kind it fails on
+                    raise ContractError(
+                        f"{where}: fit/transform raised {type(exc).__name__}: {exc}; yet it "
+                        f"declares accepts = {accepts!r}"
+                    ) from exc
+                _check_features(where, out, output, inputs)
+                _expect(_equal(inputs, original), where, "fit or transform modified its input")
+                part = featurizer.transform(inputs[:5])
+                _expect(
+                    _close(part, out[:5]),
+                    where,
+                    "transform of the first 5 rows differs from the first 5 rows of the full "
+                    "transform",
+                )
+                twin = _build(factory, label, options)
+                twin.fit(inputs[:30])
+                _expect(
+                    _equal(twin.transform(inputs), out),
+                    where,
+                    "two fresh instances with the same options give different features",
+                )
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -645,7 +751,14 @@ def check_dataset(
 ) -> None:
     """The options validate and build a Dataset; ``load`` of an empty directory raises a
     :class:`TailkitError`; and, unless ``tmp_path`` is None (for data too large for a unit
-    test), ``fetch`` writes only under its ``dest`` and ``load`` returns consistent RawData.
+    test), ``fetch`` writes only under its ``dest`` and ``load`` returns consistent RawData:
+
+    * inputs as ``modality`` says: dense (N, D) float32, finite; sparse (N, D) float32 CSR with
+      sorted, unique indices, finite; image (N, H, W, 3) uint8 or an (N,) object array of paths
+      to existing files;
+    * labels: (N,) int64 in [0, C), or an (N, C) CSR 0/1 indicator with sorted indices;
+    * ``splits``, when given: names among train/val/test including train, each a sorted,
+      unique, in-range int64 array of row ids, no row in two splits.
     """
     factory, label = _resolve(factory, "dataset")
     dataset = _build(factory, label, options)
@@ -678,32 +791,147 @@ def check_dataset(
     _expect(any(dest.iterdir()), label, "fetch left dest empty")
     raw = dataset.load(dest)
     _expect(isinstance(raw, RawData), label, f"load returned a {type(raw).__name__}, not RawData")
-    inputs, labels = raw.inputs, raw.labels
-    _expect(
-        isinstance(inputs, np.ndarray) and inputs.dtype == np.float32 and inputs.ndim == 2,
-        label,
-        f"inputs must be a 2-D float32 array; got {getattr(inputs, 'dtype', type(inputs))} "
-        f"of shape {getattr(inputs, 'shape', None)}",
-    )
-    _expect(
-        isinstance(labels, np.ndarray) and labels.dtype == np.int64 and labels.ndim == 1,
-        label,
-        f"labels must be a 1-D int64 array; got {getattr(labels, 'dtype', type(labels))}",
-    )
-    _expect(
-        labels.shape[0] == inputs.shape[0] and labels.size > 0,
-        label,
-        f"{labels.shape[0]} labels for {inputs.shape[0]} input rows",
-    )
-    _expect(raw.modality == "dense", label, f"modality {raw.modality!r} is not 'dense'")
+    n = _check_raw_inputs(label, raw)
     _expect(
         isinstance(raw.label_names, list) and all(isinstance(n, str) for n in raw.label_names),
         label,
         "label_names must be a list of strings",
     )
+    _check_raw_labels(label, raw, n)
+    _check_raw_splits(label, raw.splits, n)
+
+
+def _kind_of(value: Any) -> str:
+    kind = getattr(value, "dtype", type(value).__name__)
+    return f"{kind} of shape {getattr(value, 'shape', None)}"
+
+
+def _check_raw_inputs(label: str, raw: RawData) -> int:
+    """The inputs match ``raw.modality`` (see :class:`RawData`); returns the number of rows."""
+    inputs, modality = raw.inputs, raw.modality
+    _expect(
+        modality in MODALITIES,
+        label,
+        f"modality {modality!r} is not one of {', '.join(map(repr, MODALITIES))}",
+    )
+    if modality == "dense":
+        _expect(
+            isinstance(inputs, np.ndarray) and inputs.dtype == np.float32 and inputs.ndim == 2,
+            label,
+            f"inputs must be a 2-D float32 array; got {_kind_of(inputs)}",
+        )
+        _expect(np.isfinite(inputs).all(), label, "inputs hold non-finite values")
+    elif modality == "sparse":
+        _expect(
+            sp.issparse(inputs)
+            and inputs.format == "csr"
+            and inputs.dtype == np.float32
+            and inputs.ndim == 2,
+            label,
+            f"sparse inputs must be a float32 CSR matrix; got {type(inputs).__name__} "
+            f"{_kind_of(inputs)}",
+        )
+        _expect(
+            inputs.has_canonical_format,
+            label,
+            "sparse inputs must have sorted, unique column indices in every row",
+        )
+        _expect(np.isfinite(inputs.data).all(), label, "inputs hold non-finite values")
+    elif isinstance(inputs, np.ndarray) and inputs.dtype == object:
+        _expect(
+            inputs.ndim == 1 and all(isinstance(p, str | os.PathLike) and p for p in inputs),
+            label,
+            f"image paths must be an (N,) object array of file paths; got shape {inputs.shape}",
+        )
+        missing = [p for p in inputs if not os.path.isfile(p)]
+        _expect(
+            not missing,
+            label,
+            f"{len(missing)} of {inputs.size} image paths are not files, e.g. {missing[:1]}",
+        )
+    else:
+        _expect(
+            isinstance(inputs, np.ndarray)
+            and inputs.dtype == np.uint8
+            and inputs.ndim == 4
+            and inputs.shape[-1] == 3,
+            label,
+            "image inputs must be a (N, H, W, 3) uint8 array or an (N,) object array of paths; "
+            f"got {_kind_of(inputs)}",
+        )
+    n = int(inputs.shape[0])
+    _expect(n > 0, label, "load returned no rows")
+    return n
+
+
+def _check_raw_labels(label: str, raw: RawData, n: int) -> None:
+    """One int64 label per row in [0, C), or an (N, C) CSR 0/1 indicator (multi-label)."""
+    labels = raw.labels
+    if sp.issparse(labels):
+        _expect(
+            labels.format == "csr" and labels.shape == (n, raw.num_classes),
+            label,
+            f"a multi-label indicator must be an (N, C) = ({n}, {raw.num_classes}) CSR matrix; "
+            f"got {labels.format} of shape {labels.shape}",
+        )
+        _expect(
+            labels.has_canonical_format,
+            label,
+            "the label indicator must have sorted, unique label ids in every row",
+        )
+        _expect(
+            bool(np.all(labels.data == 1)),
+            label,
+            "the label indicator holds values other than 1",
+        )
+        return
+    _expect(
+        isinstance(labels, np.ndarray) and labels.dtype == np.int64 and labels.ndim == 1,
+        label,
+        f"labels must be a 1-D int64 array or a CSR indicator; got "
+        f"{getattr(labels, 'dtype', type(labels).__name__)}",
+    )
+    _expect(labels.shape[0] == n, label, f"{labels.shape[0]} labels for {n} input rows")
     _expect(
         labels.min() >= 0 and labels.max() < raw.num_classes,
         label,
         f"label ids span [{labels.min()}, {labels.max()}], outside [0, {raw.num_classes})",
     )
-    _expect(np.isfinite(inputs).all(), label, "inputs hold non-finite values")
+
+
+def _check_raw_splits(label: str, splits: Any, n: int) -> None:
+    """When a dataset fixes its own splits: known names, a train split, and sorted, unique,
+    in-range row ids that no two splits share."""
+    if splits is None:
+        return
+    _expect(
+        isinstance(splits, Mapping) and "train" in splits,
+        label,
+        f"splits must map 'train' (and optionally 'val', 'test') to row ids; got "
+        f"{sorted(splits) if isinstance(splits, Mapping) else type(splits).__name__}",
+    )
+    taken = np.zeros(n, dtype=bool)
+    for name, rows in splits.items():
+        _expect(
+            name in ("train", "val", "test"),
+            label,
+            f"split {name!r} is not one of 'train', 'val', 'test'",
+        )
+        _expect(
+            isinstance(rows, np.ndarray) and rows.dtype == np.int64 and rows.ndim == 1,
+            label,
+            f"split {name!r} must be a 1-D int64 array of row ids; got {_kind_of(rows)}",
+        )
+        _expect(rows.size > 0, label, f"split {name!r} is empty")
+        _expect(
+            bool(np.all(np.diff(rows) > 0)),
+            label,
+            f"split {name!r} row ids are not sorted and unique",
+        )
+        _expect(
+            rows[0] >= 0 and rows[-1] < n,
+            label,
+            f"split {name!r} row ids span [{rows[0]}, {rows[-1]}], outside [0, {n})",
+        )
+        _expect(not taken[rows].any(), label, f"split {name!r} shares rows with another split")
+        taken[rows] = True

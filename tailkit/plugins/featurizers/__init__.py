@@ -1,4 +1,16 @@
-"""Built-in featurizers."""
+"""Built-in featurizers.
+
+A featurizer declares what it takes and gives with two class attributes, which
+:func:`tailkit.testing.check_featurizer` exercises and a stage can read to refuse a mismatch
+before any work:
+
+* ``accepts``: the RawData modalities it can fit and transform, a tuple of ``"dense"``,
+  ``"sparse"`` and ``"image"`` (``("dense",)`` when absent);
+* ``output``: what ``transform`` returns, ``"dense"`` (an (N, D') float32 array), ``"sparse"``
+  (an (N, D') float32 CSR matrix) or ``"image"`` (an (N, H, W, 3) uint8 array).
+
+Handed an input kind it does not accept, a built-in raises a one-line ``ValueError``.
+"""
 
 from tailkit.hookspecs import hookimpl
 
@@ -6,7 +18,13 @@ from tailkit.hookspecs import hookimpl
 @hookimpl
 def register_featurizers(register):
     from tailkit.plugins.featurizers.identity import Identity
+    from tailkit.plugins.featurizers.pca import PCA
+    from tailkit.plugins.featurizers.pixels import Pixels
     from tailkit.plugins.featurizers.rff import RandomFourierFeatures
+    from tailkit.plugins.featurizers.tfidf_svd import TfidfSVD
 
     register("identity", Identity)
+    register("pca", PCA)
+    register("pixels", Pixels)
     register("rff", RandomFourierFeatures)
+    register("tfidf-svd", TfidfSVD)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 
@@ -12,6 +14,9 @@ class Identity:
     this only normalises dtype and layout (no copy when the inputs already are float32 and
     C-contiguous), because the cache's zero-copy read and torch expect exactly that.
     """
+
+    accepts: ClassVar[tuple[str, ...]] = ("dense",)
+    output: ClassVar[str] = "dense"
 
     def fit(self, inputs: np.ndarray) -> Identity:
         """Nothing to learn; checks the shape so a bad dataset fails here, not in training."""

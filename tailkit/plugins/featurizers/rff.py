@@ -30,6 +30,8 @@ class RandomFourierFeatures:
     rounding (~1e-7 relative) is far below the Monte-Carlo error 1/sqrt(dim).
     """
 
+    accepts: ClassVar[tuple[str, ...]] = ("dense",)
+    output: ClassVar[str] = "dense"
     constraints: ClassVar[dict[str, Interval]] = {
         "dim": Interval(1, None),
         "bandwidth": Interval(0, None, closed="neither"),

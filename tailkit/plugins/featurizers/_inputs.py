@@ -1,0 +1,64 @@
+"""Recognising a featurizer's input kind, and the one-line error for the wrong one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+# Rows per chunk are chosen so one chunk's float64 temporary holds about this many values
+# (32 MiB), whatever N is.
+CHUNK_VALUES = 4 * 1024 * 1024
+
+
+def describe(inputs: Any) -> str:
+    """What a featurizer was handed, e.g. ``a float32 array of shape (40, 3)``."""
+    if sp.issparse(inputs):
+        return f"a sparse {inputs.format} matrix of {inputs.dtype} with shape {inputs.shape}"
+    if isinstance(inputs, np.ndarray):
+        kind = "an object" if inputs.dtype == object else f"a {inputs.dtype}"
+        return f"{kind} array of shape {inputs.shape}"
+    return f"a {type(inputs).__name__}"
+
+
+def wrong_kind(featurizer: str, expected: str, inputs: Any) -> ValueError:
+    return ValueError(f"featurizer {featurizer!r} accepts {expected}; got {describe(inputs)}")
+
+
+def is_dense_2d(inputs: Any) -> bool:
+    """A real-valued (N, D) array."""
+    return (
+        isinstance(inputs, np.ndarray)
+        and inputs.ndim == 2
+        and (np.issubdtype(inputs.dtype, np.floating) or np.issubdtype(inputs.dtype, np.integer))
+    )
+
+
+def is_pixel_array(inputs: Any) -> bool:
+    """Decoded images: (N, H, W, 3) uint8, channels last."""
+    return (
+        isinstance(inputs, np.ndarray)
+        and inputs.dtype == np.uint8
+        and inputs.ndim == 4
+        and inputs.shape[-1] == 3
+    )
+
+
+def is_path_array(inputs: Any) -> bool:
+    """Image files: an (N,) object array of str or os.PathLike."""
+    return (
+        isinstance(inputs, np.ndarray)
+        and inputs.dtype == object
+        and inputs.ndim == 1
+        and all(isinstance(p, str | os.PathLike) for p in inputs)
+    )
+
+
+def row_chunks(n: int, width: int) -> Iterator[slice]:
+    """Consecutive row slices covering [0, n), each about CHUNK_VALUES / width rows."""
+    step = max(1, CHUNK_VALUES // max(1, width))
+    for start in range(0, n, step):
+        yield slice(start, min(n, start + step))
