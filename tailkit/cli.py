@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from tailkit import progress
 from tailkit.errors import TailkitError
 from tailkit.params import Params, load_params
 from tailkit.paths import Layout
@@ -38,7 +39,9 @@ def _guard(fn: Callable[[], Any]) -> Any:
         sys.exit(exc.exit_code)
 
 
-def _context(params_path: Path) -> tuple[Params, Layout, Registry]:
+def _context(params_path: Path, quiet: bool = True) -> tuple[Params, Layout, Registry]:
+    """Params, layout and registry for a stage; turns progress bars on unless ``quiet``."""
+    progress.configure(quiet)
     params = load_params(params_path)
     return params, Layout(params_path.parent), get_registry()
 
@@ -61,7 +64,7 @@ def download(params_path: Path, quiet: bool) -> None:
     """Fetch the dataset's raw files into data/raw/ (verified)."""
     from tailkit.stages import download as stage
 
-    path = _guard(lambda: stage.run(*_context(params_path)))
+    path = _guard(lambda: stage.run(*_context(params_path, quiet)))
     _say(quiet, f"download: {path}")
 
 
@@ -72,7 +75,7 @@ def subsample(params_path: Path, quiet: bool) -> None:
     """Split into train/val/test and apply the long-tail profile."""
     from tailkit.stages import subsample as stage
 
-    meta = _guard(lambda: stage.run(*_context(params_path)))
+    meta = _guard(lambda: stage.run(*_context(params_path, quiet)))
     sizes = " / ".join(f"{sum(meta[f'{s}_counts']):,} {s}" for s in stage.SPLITS)
     _say(quiet, f"subsample: {sizes} rows, {meta['num_classes']:,} classes")
 
@@ -84,7 +87,7 @@ def featurize(params_path: Path, quiet: bool) -> None:
     """Fit the featurizer and write the Parquet feature cache."""
     from tailkit.stages import featurize as stage
 
-    meta = _guard(lambda: stage.run(*_context(params_path)))
+    meta = _guard(lambda: stage.run(*_context(params_path, quiet)))
     _say(quiet, f"featurize: {meta['featurize']['name']} -> {meta['dim']} dimensions")
 
 
@@ -95,17 +98,16 @@ def fit_sampler(params_path: Path, quiet: bool) -> None:
     """Fit every sampler named in params.samplers."""
     from tailkit.stages import fit_sampler as stage
 
-    report = _guard(lambda: stage.run(*_context(params_path)))
+    report = _guard(lambda: stage.run(*_context(params_path, quiet)))
     fitted = ", ".join(f"{k} ({v['fit_seconds']:.2f} s)" for k, v in report.items())
     _say(quiet, f"fit-sampler: {fitted or 'no samplers'}")
 
 
-def _progress_bar(quiet: bool, name: str):
-    if quiet or not sys.stderr.isatty():
+def _train_bar(name: str):
+    """A step bar for train (None when bars are off) and the loop's progress callback."""
+    if not progress.enabled():
         return None, None
-    from tqdm import tqdm
-
-    bar = tqdm(desc=f"train {name}", unit="step", file=sys.stderr)
+    bar = progress.bar(desc=f"train {name}", unit="step", total=0)
 
     def update(step: int, total: int) -> None:
         bar.total = total
@@ -123,9 +125,12 @@ def train(params_path: Path, experiment: str, quiet: bool) -> None:
     """Train one experiment."""
     from tailkit.stages import train as stage
 
-    bar, update = _progress_bar(quiet, experiment)
+    progress.configure(quiet)
+    bar, update = _train_bar(experiment)
     try:
-        summary = _guard(lambda: stage.run(*_context(params_path), experiment, progress=update))
+        summary = _guard(
+            lambda: stage.run(*_context(params_path, quiet), experiment, progress=update)
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -144,7 +149,7 @@ def evaluate(params_path: Path, experiment: str, quiet: bool) -> None:
     """Evaluate one trained experiment on the test split."""
     from tailkit.stages import evaluate as stage
 
-    m = _guard(lambda: stage.run(*_context(params_path), experiment))["test"]
+    m = _guard(lambda: stage.run(*_context(params_path, quiet), experiment))["test"]
     _say(
         quiet,
         f"evaluate@{experiment}: accuracy {m['accuracy']:.4f}, "
@@ -154,13 +159,23 @@ def evaluate(params_path: Path, experiment: str, quiet: bool) -> None:
 
 @cli.command()
 @params_option
+@click.option(
+    "--exps",
+    is_flag=True,
+    help="Also tabulate finished DVC experiments (`dvc exp show --json`), grouped into studies; "
+    "writes reports/experiments.md.",
+)
 @quiet_option
-def report(params_path: Path, quiet: bool) -> None:
-    """Write reports/summary.md from every experiment's metrics."""
+def report(params_path: Path, exps: bool, quiet: bool) -> None:
+    """Write reports/summary.md (and figures) from every experiment's metrics."""
     from tailkit.stages import report as stage
 
-    _guard(lambda: stage.run(load_params(params_path), Layout(params_path.parent)))
-    _say(quiet, f"report: {Layout(params_path.parent).report}")
+    layout = Layout(params_path.parent)
+    done = _guard(lambda: stage.run(load_params(params_path), layout, include_exps=exps))
+    if exps:
+        click.echo(done.text)
+    studies = f"{done.studies} {'study' if done.studies == 1 else 'studies'}"
+    _say(quiet, f"report: {done.path} ({studies})")
 
 
 @cli.command()

@@ -61,6 +61,25 @@ class Layout:
         """Per-experiment evaluation plots: the margin CDF of each many/medium/few group."""
         return self.root / "plots" / "eval" / experiment
 
+    def class_plot(self, experiment: str) -> Path:
+        """Per-class test accuracy against the class's training count."""
+        return self.root / "plots" / "classes" / f"{experiment}.tsv"
+
     @property
     def report(self) -> Path:
         return self.root / "reports" / "summary.md"
+
+    @property
+    def experiments_report(self) -> Path:
+        """``tailkit report --exps``: the workspace and every DVC experiment, by study."""
+        return self.root / "reports" / "experiments.md"
+
+    @property
+    def figures(self) -> Path:
+        """The report's PNG figures, linked from summary.md."""
+        return self.root / "reports" / "figures"
+
+    @property
+    def report_plots(self) -> Path:
+        """The report's cross-experiment plot data (learning curves, group accuracies)."""
+        return self.root / "plots" / "report"

@@ -150,6 +150,12 @@ class Registry:
         except (ValueError, TypeError) as exc:
             raise InvalidParameterError(f"{key}: {exc}") from exc
 
+    def provenance(self, kind: str, spec: Any) -> str:
+        """``"<name> (<distribution> <version>)"`` for the component a params mapping names."""
+        name = spec if isinstance(spec, str) else spec["name"]
+        component = self._components[kind][name]
+        return f"{component.name} ({component.distribution} {component.version})"
+
     def report(self, include_builtin: bool = True) -> list[dict[str, Any]]:
         """The JSON-able list ``tailkit plugins`` prints and every model stores."""
         out = []

@@ -108,6 +108,7 @@ def make_project(path: Path, params: dict) -> Path:
     run(["git", "init", "-q", "-b", "main"], path)
     run(["dvc", "init", "-q"], path)
     run(["dvc", "config", "core.analytics", "false"], path)
+    shutil.copytree(ROOT / ".dvc" / "plots", path / ".dvc" / "plots")  # the plot templates
     run(["git", "add", "-A"], path)
     run(["git", "commit", "-qm", "init"], path)
     return path

@@ -7,9 +7,14 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import run
+from conftest import BIN, TINY_PARAMS, run
 
 pytestmark = pytest.mark.slow
+TINY_EXPERIMENTS = tuple(TINY_PARAMS["experiments"])
+
+
+def metrics_loss(experiment: str) -> str:
+    return TINY_PARAMS["experiments"][experiment]["loss"]["name"]
 
 
 def test_repro_writes_metrics_curves_and_report(tiny_project):
@@ -30,8 +35,24 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         assert len(curve) > 2
         plugins = json.loads((tiny_project / "data" / "models" / name / "plugins.json").read_text())
         assert any(p["name"] == "tailkit.losses" for p in plugins)
+        # which plugin distribution supplied each component, for `dvc metrics diff`
+        assert metrics["plugins"]["loss"].startswith(f"{metrics_loss(name)} (tailkit ")
+        # per-class accuracies, weighted by each class's test rows, give the test accuracy
+        lines = (tiny_project / "plots" / "classes" / f"{name}.tsv").read_text().splitlines()
+        assert lines[0] == "class\ttrain_count\ttest_count\taccuracy"
+        table = [[float(v) for v in line.split("\t")] for line in lines[1:]]
+        weighted = sum(n * a for _, _, n, a in table) / sum(n for _, _, n, _ in table)
+        assert weighted == pytest.approx(test["accuracy"], abs=1e-3)
     summary = (tiny_project / "reports" / "summary.md").read_text()
     assert "| softmax |" in summary and "| sampled |" in summary
+    assert "### Settings" in summary and "Plugins: tailkit " in summary
+    for figure in ("learning-curves", "groups", "per-class"):
+        assert f"(figures/{figure}.png)" in summary
+        png = (tiny_project / "reports" / "figures" / f"{figure}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 5000
+    curves = (tiny_project / "plots" / "report" / "curves.tsv").read_text().splitlines()
+    assert curves[0].startswith("experiment\tstep\tseconds")
+    assert {line.split("\t")[0] for line in curves[1:]} == set(TINY_EXPERIMENTS)
     sampler = json.loads((tiny_project / "metrics" / "sampler.json").read_text())
     assert sampler["uniform"]["train_log_likelihood"] == pytest.approx(-3.4012, abs=1e-3)
     # The tree: 30 labels need depth 5; it models p(y|x) far better than uniform does.
@@ -81,3 +102,51 @@ def test_changing_one_experiment_reruns_only_it_and_metrics_diff_in_a_fresh_clon
     assert "metrics/softmax.json" not in diff  # unchanged experiment: no diff rows
     acc = diff["metrics/sampled.json"]["test.accuracy"]
     assert acc["old"] != acc["new"]
+
+
+def test_experiment_workflow_exp_run_show_report_plots_and_metrics_diff(tiny_project):
+    """The README's loop: try a value with `dvc exp run -S`, see it in `dvc exp show` and in
+    `tailkit report --exps` beside the baseline, overlay it with `dvc plots diff`, keep it as
+    a commit and compare with `dvc metrics diff HEAD~1`."""
+    out = run(
+        ["dvc", "exp", "run", "-S", "experiments.softmax.optimizer.lr=0.02", "-n", "slow-lr"],
+        tiny_project,
+    ).stdout
+    assert "Running stage 'train@softmax'" in out
+    assert "Running stage 'train@sampled'" not in out  # only the changed experiment re-runs
+
+    show = json.loads(run(["dvc", "exp", "show", "--json"], tiny_project).stdout)
+    baseline = next(e for e in show if e["rev"] != "workspace")
+    exps = {r["name"]: r for g in baseline["experiments"] for r in g["revs"]}
+    assert "slow-lr" in exps
+    exp_metrics = exps["slow-lr"]["data"]["metrics"]["metrics/softmax.json"]["data"]
+    base_metrics = baseline["data"]["metrics"]["metrics/softmax.json"]["data"]
+    assert exp_metrics["test"]["accuracy"] != base_metrics["test"]["accuracy"]
+
+    result = run([str(BIN / "tailkit"), "report", "--exps"], tiny_project)
+    table = (tiny_project / "reports" / "experiments.md").read_text()
+    assert result.stdout.strip() == table.strip()
+    assert "(with slow-lr)" in table
+    rows = {line.split(" | ")[0].lstrip("| ") for line in table.splitlines() if "| " in line}
+    assert {"softmax", "slow-lr:softmax", "sampled"} <= rows
+    assert "slow-lr:sampled" not in rows  # unchanged experiments are not repeated
+    acc = f"{100 * exp_metrics['test']['accuracy']:.2f}"
+    assert any(line.startswith("| slow-lr:softmax |") and acc in line for line in table.split("\n"))
+
+    # HEAD against the workspace, which `dvc exp run` left holding the experiment's results.
+    plots = json.loads(run(["dvc", "plots", "diff", "HEAD", "--json"], tiny_project).stdout)
+    assert not plots.get("errors"), plots.get("errors")
+    curve = plots["data"]["validation-accuracy-vs-step"][0]
+    assert set(curve["revisions"]) == {"HEAD", "workspace"}
+    values = curve["content"]["data"]["values"]
+    assert {v["experiment"] for v in values} == set(TINY_EXPERIMENTS)
+    assert {v["rev"] for v in values} == {"HEAD", "workspace"}
+    assert curve["content"]["encoding"]["color"]["field"] == "experiment"
+    assert any(p["type"] == "image" for p in plots["data"]["reports/figures/per-class.png"])
+
+    run(["git", "add", "-A"], tiny_project)
+    run(["git", "commit", "-qm", "softmax lr 0.02"], tiny_project)
+    diff = json.loads(run(["dvc", "metrics", "diff", "HEAD~1", "--json"], tiny_project).stdout)
+    assert set(diff) == {"metrics/softmax.json"}
+    change = diff["metrics/softmax.json"]["test.accuracy"]
+    assert change["new"] == pytest.approx(exp_metrics["test"]["accuracy"])

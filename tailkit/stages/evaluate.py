@@ -9,7 +9,8 @@ own calibrated-probability map (``Loss.confidence``: softmax, σ(s), σ(2s)); th
 γ(x, y) = f_y(x) − max_{y'≠y} f_{y'}(x) per many/medium/few group, with their empirical CDFs in
 ``plots/eval/<experiment>/margins-<group>.tsv``; and the maximum intra-class distance of the
 embeddings Φ(x) per class, normalised by the largest embedding norm (ELM figure 4), summarised
-per group over at most ``evaluate.diameter_rows`` test rows of each class. Under ``ranking``,
+per group over at most ``evaluate.diameter_rows`` test rows of each class; the test accuracy of
+every class against its training count in ``plots/classes/<experiment>.tsv``. Under ``ranking``,
 the Extreme Classification Repository's metrics of the top-5 ranking (P@k, nDCG@k, PSP@k,
 PSnDCG@k, R@k, coverage@k for k = 1, 3, 5; for single-label rows P@1 = R@1 = accuracy).
 """
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.atomic import atomic_dir, write_json
+from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.components import Loss, PredictionContext
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
@@ -35,6 +36,7 @@ from tailkit.evaluation.metrics import (
     expected_calibration_error,
     inverse_propensity,
     margin_summary,
+    per_class_recall,
     ranking_metrics,
 )
 from tailkit.evaluation.predict import Predictions, predict
@@ -81,6 +83,16 @@ def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
             (tmp / f"margins-{group}.tsv").write_text("margin\tcdf\n" + rows)
 
 
+def _write_class_accuracy(path: Path, labels: np.ndarray, top1: np.ndarray, counts: np.ndarray):
+    """Test accuracy of every class that has test rows, beside its training count: the data of
+    the accuracy-against-frequency plot, which shows where in the tail a method gains or loses."""
+    recall, support = per_class_recall(labels, top1, len(counts))
+    present = np.flatnonzero(support > 0)
+    rows = "".join(f"{c}\t{counts[c]}\t{support[c]}\t{recall[c]:.4f}\n" for c in present.tolist())
+    with atomic_path(path) as tmp:
+        tmp.write_text("class\ttrain_count\ttest_count\taccuracy\n" + rows)
+
+
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
     device = resolve_device(params.base.device)
     loss, _ = build_objective(params, experiment, registry)
@@ -123,9 +135,13 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
         "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
         "margins": margins,
         "intra_class_distance": diameter_summary(diameters, counts),
+        "plugins": train_summary.get("plugins", {}),
     }
     if raw is not None:
         metrics["uncorrected"] = _metrics(raw, labels, counts, loss)
     _write_margin_cdfs(layout.eval_plots(experiment), cdfs)
+    _write_class_accuracy(
+        layout.class_plot(experiment), labels, adjusted.topk[:, 0].cpu().numpy(), counts
+    )
     write_json(layout.metrics(experiment), metrics)
     return metrics

@@ -22,6 +22,7 @@ from tailkit.components import Sampler
 from tailkit.errors import DataValidationError
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout, require
+from tailkit.progress import each
 from tailkit.registry import Registry
 from tailkit.stages.subsample import read_meta
 
@@ -58,7 +59,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     report: dict[str, Any] = {}
     with atomic_dir(layout.samplers) as tmp:
         _write_config(tmp / NO_SAMPLER, {"name": NO_SAMPLER})
-        for key, sampler in samplers.items():
+        for key, sampler in each(samplers.items(), "fit-sampler", unit="sampler"):
             start = time.perf_counter()
             try:
                 sampler.fit(train.x, train.labels, meta["num_classes"])

@@ -1,88 +1,154 @@
-"""Stage ``report``: one Markdown table comparing every experiment, in ``reports/summary.md``.
+"""Stage ``report``: ``reports/summary.md`` from every experiment's metrics, with figures.
 
-Rows are experiments (in params order); columns are test accuracy, balanced accuracy, the
-many/medium/few-shot accuracies and training seconds. The best value of each column is bold.
+For the experiments in params.yaml (one study: they share the data), the summary holds the
+comparison table (best value of each column in bold), the settings that differ between the
+experiments and those they share, the plugin distributions and versions behind the numbers,
+and three PNG figures under ``reports/figures/``: learning curves, accuracy per many/medium/
+few group, per-class accuracy against training count. The same data is written to
+``plots/report/{curves,groups}.tsv``, which dvc.yaml declares as top-level plots, so
+``dvc plots show`` and ``dvc plots diff`` draw one line (or bar) per experiment.
+
+``run(..., include_exps=True)`` (``tailkit report --exps``) adds every finished DVC experiment
+from ``dvc exp show --json`` (``dvc exp run -S ...``, ``--queue``), grouped into studies by the
+data they were trained on, and writes ``reports/experiments.md`` instead. The pipeline's own
+report leaves them out because a stage's output must follow from its declared dependencies, and
+hidden experiment refs are not among them.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tailkit.atomic import atomic_path
 from tailkit.evaluation.metrics import FEW_BELOW, MANY_ABOVE
-from tailkit.params import NO_SAMPLER, Params
+from tailkit.params import Params
 from tailkit.paths import Layout, require
+from tailkit.reporting import figures
+from tailkit.reporting.runs import (
+    Run,
+    describe_data,
+    dvc_exp_show,
+    exp_runs,
+    workspace_runs,
+)
+from tailkit.reporting.tables import comparison_table, plugin_versions, settings_tables
 from tailkit.stages.subsample import read_meta
 
-COLUMNS = (  # (header, path in metrics json, higher is better)
-    ("accuracy", ("test", "accuracy"), True),
-    ("balanced acc.", ("test", "balanced_accuracy"), True),
-    ("many", ("test", "many"), True),
-    ("medium", ("test", "medium"), True),
-    ("few", ("test", "few"), True),
-    ("train s", ("train", "seconds"), False),
+FIGURES = {
+    "learning-curves.png": "Learning curves: validation accuracy and balanced accuracy",
+    "groups.png": "Test accuracy per many/medium/few group",
+    "per-class.png": "Per-class test accuracy against training rows",
+}
+LEGEND = (
+    "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
+    f"> {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; balanced "
+    "acc.: over all classes; ECE: expected calibration error of the loss's own probabilities "
+    "(15 bins; – for a loss without one). Best of each column in bold."
+)
+
+DVC_PLOTS_NOTE = (
+    "The same curves and bars, one line per experiment, in `dvc plots show` "
+    "(`dvc plots diff <rev>` overlays another commit or experiment).\n"
 )
 
 
-def _get(metrics: dict[str, Any], path: tuple[str, ...]) -> float | None:
-    value: Any = metrics
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
+def group_studies(runs: list[Run]) -> dict[str, list[Run]]:
+    """Runs by the data they were trained on, in first-seen order."""
+    studies: dict[str, list[Run]] = {}
+    for run in runs:
+        studies.setdefault(run.study, []).append(run)
+    return studies
 
 
-def _describe(params: Params, name: str) -> str:
-    exp = params.experiment(name)
-    loss = exp.loss["name"]
-    extra = {k: v for k, v in exp.loss.items() if k != "name"}
-    if extra:
-        loss += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
-    if exp.sampler == NO_SAMPLER:
-        return loss
-    sampler = params.samplers[exp.sampler]["name"]
-    return f"{loss}, {sampler} × {exp.negatives}" if sampler != "in-batch" else f"{loss}, {sampler}"
+def study_markdown(title: str, runs: list[Run]) -> str:
+    parts = [f"## {title}\n", comparison_table(runs), LEGEND + "\n"]
+    differing = settings_tables(runs)
+    if differing:
+        parts += ["### Settings\n", differing]
+    parts.append(plugin_versions(runs))
+    return "\n".join(parts)
 
 
-def build_table(params: Params, layout: Layout) -> str:
-    rows = {}
-    for name in params.experiments:
-        path = require(layout.metrics(name), f"evaluate@{name}")
-        rows[name] = json.loads(path.read_text())
-    best = {}
-    for header, path, higher in COLUMNS:
-        values = [v for m in rows.values() if (v := _get(m, path)) is not None]
-        if values:
-            best[header] = max(values) if higher else min(values)
+def write_plot_data(runs: list[Run], layout: Layout) -> dict[str, Any]:
+    """``plots/report/{curves,groups}.tsv`` (long format, an ``experiment`` column) and the
+    arrays the figures need, read from each experiment's train and evaluate plot files."""
+    curves = {r.experiment: figures.read_curve(layout.curve(r.experiment)) for r in runs}
+    groups = {r.experiment: {g: r.metrics["test"].get(g) for g in figures.GROUPS} for r in runs}
+    classes = {
+        r.experiment: figures.read_class_accuracy(
+            require(layout.class_plot(r.experiment), f"evaluate@{r.experiment}")
+        )
+        for r in runs
+    }
+    lines = ["experiment\t" + "\t".join(figures.CURVE_COLUMNS)]
+    for name, curve in curves.items():
+        for i in range(len(curve["step"])):
+            values = (f"{curve[c][i]:.6g}" for c in figures.CURVE_COLUMNS)
+            lines.append(f"{name}\t" + "\t".join(values))
+    with atomic_path(layout.report_plots / "curves.tsv") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+    lines = ["experiment\tgroup\taccuracy"]
+    for name, by_group in groups.items():
+        lines += [f"{name}\t{g}\t{v:.6g}" for g, v in by_group.items() if v is not None]
+    with atomic_path(layout.report_plots / "groups.tsv") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+    return {"curves": curves, "groups": groups, "classes": classes}
 
-    def cell(header: str, value: float | None) -> str:
-        if value is None:
-            return "–"
-        text = f"{value:.1f}" if header == "train s" else f"{100 * value:.2f}"
-        return f"**{text}**" if value == best.get(header) else text
 
-    lines = [
-        "| experiment | method | " + " | ".join(h for h, _, _ in COLUMNS) + " |",
-        "|---|---|" + "---:|" * len(COLUMNS),
-    ]
-    for name, m in rows.items():
-        cells = [cell(h, _get(m, p)) for h, p, _ in COLUMNS]
-        lines.append(f"| {name} | {_describe(params, name)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+def write_figures(data: dict[str, Any], layout: Layout) -> None:
+    for name, draw, key in (
+        ("learning-curves.png", figures.learning_curves_figure, "curves"),
+        ("groups.png", figures.group_accuracy_figure, "groups"),
+        ("per-class.png", figures.class_accuracy_figure, "classes"),
+    ):
+        with atomic_path(layout.figures / name) as tmp:
+            draw(data[key], tmp)
 
 
-def run(params: Params, layout: Layout) -> str:
+@dataclass(frozen=True)
+class Report:
+    path: Path
+    text: str
+    studies: int
+
+
+def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
     meta = read_meta(layout.features)
     counts = meta["train_counts"]
-    table = build_table(params, layout)
-    dataset = meta["dataset"]["name"]
-    text = (
-        f"# tailkit summary: {dataset}\n\n"
-        f"{meta['num_classes']} classes, {sum(counts)} training rows "
-        f"(profile {meta['subsample']['profile']}); test metrics in %, best in bold. "
-        f"Many/medium/few: classes with > {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and "
-        f"< {FEW_BELOW} training rows (mean per-class accuracy).\n\n" + table
+    runs = workspace_runs(params, layout)
+    header = (
+        f"# tailkit summary: {meta['dataset']['name']}\n\n"
+        f"{meta['num_classes']:,} classes, {sum(counts):,} training rows.\n"
     )
-    with atomic_path(layout.report) as tmp:
+    if not include_exps:
+        data = write_plot_data(runs, layout)
+        write_figures(data, layout)
+        figure_links = "\n".join(
+            f"![{caption}](figures/{name})\n" for name, caption in FIGURES.items()
+        )
+        text = "\n".join(
+            [
+                header,
+                study_markdown(describe_data(params), runs),
+                "## Figures\n",
+                figure_links,
+                DVC_PLOTS_NOTE,
+            ]
+        )
+        out, n_studies = layout.report, 1
+    else:
+        studies = group_studies(exp_runs(dvc_exp_show(layout.root)) or runs)
+        sections = []
+        for study_runs in studies.values():
+            exps = sorted({r.source for r in study_runs if r.source})
+            title = describe_data(study_runs[0].params)
+            if exps:
+                title += f" (with {', '.join(exps)})"
+            sections.append(study_markdown(title, study_runs))
+        text = header + "\n" + "\n".join(sections)
+        out, n_studies = layout.experiments_report, len(studies)
+    with atomic_path(out) as tmp:
         tmp.write_text(text)
-    return text
+    return Report(out, text, n_studies)

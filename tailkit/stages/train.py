@@ -71,6 +71,20 @@ def build_model(params: Params, experiment: str, registry: Registry, in_dim: int
     return registry.build("models", exp.model, f"experiments.{experiment}.model", in_dim)
 
 
+def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> dict[str, str]:
+    """Which plugin distribution and version supplied each component of an experiment, so a
+    metrics file (and ``dvc metrics diff``) records the code behind every number."""
+    out = {
+        "dataset": registry.provenance("datasets", params.dataset),
+        "featurizer": registry.provenance("featurizers", params.featurize),
+        "model": registry.provenance("models", settings["model"]),
+        "loss": registry.provenance("losses", settings["loss"]),
+    }
+    if settings["sampler"] != NO_SAMPLER:
+        out["sampler"] = registry.provenance("samplers", params.samplers[settings["sampler"]])
+    return out
+
+
 def run(
     params: Params,
     layout: Layout,
@@ -140,6 +154,7 @@ def run(
         "seconds": round(result.seconds, 3),
         "examples_per_second": round(result.steps * cfg.batch_size / max(result.seconds, 1e-9)),
         "device": str(device),
+        "plugins": provenance(params, registry, settings),
     }
     plugins = registry.report()
     with atomic_dir(layout.model(experiment)) as tmp:

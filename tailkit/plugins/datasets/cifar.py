@@ -51,6 +51,7 @@ from tailkit.atomic import atomic_path, write_json
 from tailkit.components import RawData
 from tailkit.download import download_cache, fetch_url, verify_file
 from tailkit.errors import DataValidationError, InvalidParameterError
+from tailkit.progress import enabled as progress_enabled
 
 IMAGES, LABELS, COARSE, META = "images.npy", "labels.npy", "coarse_labels.npy", "meta.json"
 # Rows each split must have; the tests shrink them to feed a few-row archive in the real format.
@@ -344,7 +345,9 @@ class _Cifar:
                 raise InvalidParameterError(
                     f"dataset.url: got {origin!r}; expected an http:// or https:// URL"
                 )
-            archive = fetch_url(origin, known, download_cache(), spec.filename, progress=True)
+            archive = fetch_url(
+                origin, known, download_cache(), spec.filename, progress=progress_enabled()
+            )
         decoded = decode_archive(archive, spec)
 
         dest.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,169 @@
+"""The rows a report compares: one trained-and-evaluated experiment each, from the workspace
+or from a DVC experiment (``dvc exp show --json``), with the settings that produced it.
+
+A *study* is a set of runs trained on the same data (same dataset, subsample and featurize
+params): only such runs are comparable in one table. A DVC experiment that changes one
+experiment's params joins the workspace's study with that row; one that changes the data
+forms a study of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tailkit.checksum import params_hash
+from tailkit.errors import InvalidParameterError, TailkitError
+from tailkit.params import NO_SAMPLER, Params, parse_params
+from tailkit.paths import Layout, require
+
+WORKSPACE = "workspace"
+
+
+@dataclass
+class Run:
+    """One experiment's metrics and settings, and where they came from."""
+
+    experiment: str  # the key in params.experiments
+    source: str  # "" for the workspace or baseline commit, else the DVC experiment's name
+    params: Params
+    metrics: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}:{self.experiment}" if self.source else self.experiment
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The experiment's resolved settings, flattened to dotted keys, with its sampler's
+        fitted configuration spelled out (two keys naming the same sampler config are equal)."""
+        resolved = self.params.resolved(self.experiment)
+        sampler = resolved.pop("sampler")
+        flat = _flatten(resolved)
+        flat["sampler"] = sampler
+        if sampler != NO_SAMPLER:
+            flat.update(_flatten(self.params.samplers[sampler], "sampler."))
+        return flat
+
+    @property
+    def study(self) -> str:
+        """Key of the data this run was trained on."""
+        return data_key(self.params)
+
+
+def data_key(params: Params) -> str:
+    return params_hash(
+        {
+            "dataset": params.dataset,
+            "subsample": params.subsample.__dict__,
+            "featurize": params.featurize,
+        }
+    )
+
+
+def describe_data(params: Params) -> str:
+    """``geonames · natural profile · rff (dim=512, bandwidth=0.02)``."""
+    sub = params.subsample
+    profile = f"{sub.profile} profile"
+    if sub.profile != "natural":
+        profile += f" (ratio {sub.imbalance_ratio:g})"
+    return " · ".join([_component(params.dataset), profile, _component(params.featurize)])
+
+
+def _component(spec: dict[str, Any]) -> str:
+    options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
+    return f"{spec['name']} ({options})" if options else spec["name"]
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            out.update(_flatten(item, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = item
+    return out
+
+
+def workspace_runs(params: Params, layout: Layout) -> list[Run]:
+    """Every experiment of ``params`` with its ``metrics/<experiment>.json``."""
+    return [
+        Run(
+            name,
+            "",
+            params,
+            json.loads(require(layout.metrics(name), f"evaluate@{name}").read_text()),
+        )
+        for name in params.experiments
+    ]
+
+
+def dvc_exp_show(root: Path) -> list[dict[str, Any]]:
+    """The parsed output of ``dvc exp show --json`` in ``root``."""
+    try:
+        done = subprocess.run(
+            ["dvc", "exp", "show", "--json"], check=False, cwd=root, capture_output=True, text=True
+        )
+    except FileNotFoundError as exc:
+        raise TailkitError("report: `dvc` is not on PATH; activate the project's venv") from exc
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TailkitError(f"report: `dvc exp show --json` failed: {last}")
+    return json.loads(done.stdout)
+
+
+def _metrics_of(metrics: dict[str, Any] | None, experiment: str) -> dict[str, Any] | None:
+    """An experiment's metrics from exp show's ``{path: {"data": ...}}`` entries."""
+    entry = (metrics or {}).get(Layout().metrics(experiment).as_posix()) or {}
+    return entry.get("data") or None
+
+
+def _runs_of(entry: dict[str, Any], source: str, params_file: str) -> list[Run]:
+    """The runs recorded in one ``exp show`` entry (a commit, an experiment or the workspace)."""
+    data = entry.get("data") or {}
+    raw = ((data.get("params") or {}).get(params_file) or {}).get("data")
+    if entry.get("error") or not raw:
+        return []  # queued, running or failed: nothing to report yet
+    try:
+        params = parse_params(raw, f"{params_file}@{source or entry.get('rev')}")
+    except InvalidParameterError:
+        return []  # made with an older params schema
+    runs = []
+    for key in params.experiments:
+        metrics = _metrics_of(data.get("metrics"), key)
+        if metrics is not None:
+            runs.append(Run(key, source, params, metrics))
+    return runs
+
+
+def exp_runs(show: list[dict[str, Any]], params_file: str = "params.yaml") -> list[Run]:
+    """Every run in ``dvc exp show --json`` output: each baseline commit's (plain names), then
+    its experiments' (``<exp>:<experiment>``), then the workspace's (``workspace:<...>``), with
+    the rows that repeat an earlier one's data and settings dropped — a DVC experiment repeats
+    every experiment it did not change, and ``dvc exp run`` leaves its results in the
+    workspace."""
+    baselines, workspace = [], []
+    for entry in show:
+        if entry.get("rev") == WORKSPACE:
+            workspace += _runs_of(entry, WORKSPACE, params_file)
+            continue
+        baselines += _runs_of(entry, "", params_file)
+        for group in entry.get("experiments") or []:
+            for rev in group.get("revs") or []:
+                name = rev.get("name") or group.get("name") or str(rev.get("rev", ""))[:7]
+                baselines += _runs_of(rev, name, params_file)
+    return distinct(baselines + workspace)
+
+
+def distinct(runs: list[Run]) -> list[Run]:
+    """``runs`` without those whose data and settings equal an earlier run's."""
+    seen, out = set(), []
+    for run in runs:
+        key = (run.study, run.experiment, json.dumps(run.settings, sort_keys=True, default=str))
+        if key not in seen:
+            seen.add(key)
+            out.append(run)
+    return out

@@ -1,0 +1,192 @@
+"""The report's pieces: study tables with best values marked, differing settings, plugin
+provenance, DVC experiments from `dvc exp show --json`, and the figures' data."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import TINY_PARAMS
+
+from tailkit.params import parse_params
+from tailkit.reporting import figures
+from tailkit.reporting.runs import Run, describe_data, exp_runs
+from tailkit.reporting.tables import comparison_table, plugin_versions, settings_tables
+from tailkit.stages.report import group_studies
+
+
+def params_with(**changes):
+    raw = copy.deepcopy(TINY_PARAMS)
+    for dotted, value in changes.items():
+        *path, last = dotted.split("__")
+        node = raw
+        for key in path:
+            node = node[key]
+        node[last] = value
+    return raw
+
+
+def metrics(acc: float, ece: float | None = 0.1, seconds: float = 1.0, **extra) -> dict:
+    test = {
+        "accuracy": acc,
+        "balanced_accuracy": acc / 2,
+        "many": acc,
+        "medium": acc,
+        "few": None,
+        "top5_accuracy": 1.0,
+        "ece": ece,
+    }
+    return {"test": test, "train": {"seconds": seconds}, **extra}
+
+
+def row(table: str, name: str) -> list[str]:
+    line = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_best_value_of_each_column_is_bold_lower_is_better_for_ece_and_seconds():
+    params = parse_params(TINY_PARAMS)
+    runs = [
+        Run("softmax", "", params, metrics(0.8, ece=0.05, seconds=12.0)),
+        Run("sampled", "", params, metrics(0.9, ece=0.20, seconds=3.0)),
+        Run("ldam", "", params, metrics(0.9, ece=None, seconds=4.0)),
+    ]
+    table = comparison_table(runs)
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    soft, samp, ldam = (
+        dict(zip(header, row(table, n), strict=True)) for n in ("softmax", "sampled", "ldam")
+    )
+    assert soft["accuracy"] == "80.00" and samp["accuracy"] == "**90.00**"
+    assert ldam["accuracy"] == "**90.00**"  # a tie: both best
+    assert soft["ECE"] == "**5.00**" and samp["ECE"] == "20.00" and ldam["ECE"] == "–"
+    assert soft["train s"] == "12.0" and samp["train s"] == "**3.00**"
+    assert soft["few"] == "–"  # a group without classes
+    assert samp["method"] == "sampled-softmax, uniform × 8"
+    assert ldam["method"] == "ldam (drw_epoch=1) on mlp"
+
+
+def test_settings_table_lists_only_what_differs_and_a_line_of_what_is_shared():
+    params = parse_params(TINY_PARAMS)
+    runs = [Run(k, "", params, metrics(0.5)) for k in ("softmax", "sampled", "adversarial")]
+    text = settings_tables(runs)
+    header = [c.strip() for c in text.splitlines()[0].strip("|").split("|")]
+    assert header[0] == "experiment"
+    assert {"loss.name", "negatives", "sampler", "sampler.k", "loss.reg"} <= set(header)
+    assert "optimizer.lr" not in header  # all 0.1: shared
+    assert "optimizer.lr=0.1" in text and "optimizer.name=adagrad" in text
+    adversarial = dict(zip(header, row(text, "adversarial"), strict=True))
+    assert adversarial["sampler.k"] == "4" and adversarial["sampler.name"] == "tree"
+    assert dict(zip(header, row(text, "softmax"), strict=True))["sampler.k"] == "–"
+    assert settings_tables(runs[:1]) == ""
+
+
+def test_plugin_versions_groups_components_by_distribution():
+    params = parse_params(TINY_PARAMS)
+    runs = [
+        Run(
+            "softmax",
+            "",
+            params,
+            metrics(
+                0.5, plugins={"loss": "softmax (tailkit 0.1.0)", "model": "linear (tailkit 0.1.0)"}
+            ),
+        ),
+        Run(
+            "sampled",
+            "",
+            params,
+            metrics(
+                0.5,
+                plugins={
+                    "loss": "my-loss (tailkit-plugin-example 0.2.0)",
+                    "model": "linear (tailkit 0.1.0)",
+                },
+            ),
+        ),
+    ]
+    text = plugin_versions(runs)
+    assert text == (
+        "Plugins: tailkit 0.1.0: softmax, linear; tailkit-plugin-example 0.2.0: my-loss.\n"
+    )
+    assert "not recorded" in plugin_versions([Run("softmax", "", params, metrics(0.5))])
+
+
+def exp_entry(rev: str, name: str | None, raw: dict | None, accs: dict[str, float]) -> dict:
+    data = None
+    if raw is not None:
+        data = {
+            "rev": rev,
+            "params": {"params.yaml": {"data": raw}},
+            "metrics": {f"metrics/{k}.json": {"data": metrics(a)} for k, a in accs.items()}
+            | {"metrics/sampler.json": {"data": {"uniform": {"fit_seconds": 0.1}}}},
+        }
+    return {"rev": rev, "name": name, "data": data, "error": None, "experiments": None}
+
+
+def test_exp_show_runs_join_the_baseline_study_or_form_their_own():
+    base = params_with()
+    lr = params_with(experiments__softmax__optimizer={"name": "adagrad", "lr": 0.5})
+    dim = params_with(featurize={"name": "rff", "dim": 16, "bandwidth": 1.0})
+    accs = {k: 0.5 for k in TINY_PARAMS["experiments"]}
+    failed = exp_entry("f" * 40, "broken", base, accs) | {"error": {"msg": "failed"}}
+    show = [
+        exp_entry("workspace", None, lr, accs | {"softmax": 0.9}),
+        exp_entry("a" * 40, "main", base, accs)
+        | {
+            "experiments": [
+                {"name": "lr", "revs": [exp_entry("b" * 40, "lr", lr, accs | {"softmax": 0.9})]},
+                {"name": "dim", "revs": [exp_entry("c" * 40, "dim", dim, accs)]},
+                {"name": "queued", "revs": [exp_entry("d" * 40, "queued", None, {})]},
+                {"name": "broken", "revs": [failed]},
+            ]
+        },
+    ]
+    runs = exp_runs(show)
+    studies = list(group_studies(runs).values())
+    assert len(studies) == 2
+    first = [r.name for r in studies[0]]
+    # the baseline's runs under their own names, the experiment's one changed run after them;
+    # the workspace repeats the experiment and the queued/failed ones have no results
+    assert first == [*TINY_PARAMS["experiments"], "lr:softmax"]
+    assert [r.name for r in studies[1]] == [f"dim:{k}" for k in TINY_PARAMS["experiments"]]
+    assert studies[0][-1].metrics["test"]["accuracy"] == 0.9
+    assert "dim=16" in describe_data(studies[1][0].params)
+    assert "dim=32" in describe_data(studies[0][0].params)
+
+
+def test_binned_accuracy_is_the_mean_within_each_bin():
+    counts = np.array([1, 2, 3, 10, 11, 500])
+    accuracy = np.array([0.0, 1.0, 0.5, 0.2, 0.4, 1.0])
+    bins = np.array([1.0, 4.0, 100.0, 1000.0])
+    centres, means = figures.binned_accuracy(counts, accuracy, bins)
+    np.testing.assert_allclose(means, [0.5, 0.3, 1.0])
+    np.testing.assert_allclose(centres, np.sqrt(bins[:-1] * bins[1:]))
+
+
+def test_figures_are_pngs_and_the_same_data_gives_the_same_bytes(tmp_path: Path):
+    curve = {c: np.linspace(0, 1, 5) for c in figures.CURVE_COLUMNS}
+    curves = {"a": curve, "b": {c: v * 0.9 for c, v in curve.items()}}
+    groups = {
+        "a": {"many": 0.9, "medium": 0.5, "few": None},
+        "b": {"many": 0.8, "medium": 0.6, "few": 0.1},
+    }
+    classes = {"a": (np.array([1.0, 5, 50, 500]), np.array([0.0, 0.5, 0.8, 1.0]))}
+    for name, draw, data in (
+        ("curves", figures.learning_curves_figure, curves),
+        ("groups", figures.group_accuracy_figure, groups),
+        ("classes", figures.class_accuracy_figure, classes),
+    ):
+        one, two = draw(data, tmp_path / f"{name}-1.png"), draw(data, tmp_path / f"{name}-2.png")
+        assert one.read_bytes().startswith(b"\x89PNG")
+        assert one.read_bytes() == two.read_bytes()
+
+
+def test_plot_files_with_the_wrong_header_are_refused(tmp_path: Path):
+    path = tmp_path / "x.tsv"
+    path.write_text("step\tloss\n1\t2\n")
+    with pytest.raises(ValueError, match="not a learning curve"):
+        figures.read_curve(path)
+    with pytest.raises(ValueError, match="not a per-class accuracy file"):
+        figures.read_class_accuracy(path)
