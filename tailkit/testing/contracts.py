@@ -63,6 +63,7 @@ __all__ = [
 
 # Tiny problem sizes: labels, batch rows, negatives per draw, embedding and input dimensions.
 C, B, M, EMBED_DIM, IN_DIM = 13, 6, 5, 4, 7
+IMAGE_SHAPE = (8, 8, 3)  # (H, W, 3) pixels for models with input_kind = "image"
 SEED = 1234
 
 
@@ -706,9 +707,15 @@ def check_featurizer(factory: Callable[..., Any] | Component, /, **options: Any)
 
 def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> None:
     """``factory(in_dim, **options)`` is an Encoder mapping (B, in_dim) to finite (B, out_dim),
-    differentiable, whose state_dict restores the same function in a fresh instance."""
+    differentiable, whose state_dict restores the same function in a fresh instance.
+
+    A model whose class declares ``input_kind = "image"`` is built with ``in_dim`` = (H, W, 3)
+    and fed uint8 pixels (B, H, W, 3) instead of float rows.
+    """
     factory, label = _resolve(factory, "model")
-    model = _build(factory, label, options, IN_DIM)
+    image = getattr(factory, "input_kind", "features") == "image"
+    in_dim = IMAGE_SHAPE if image else IN_DIM
+    model = _build(factory, label, options, in_dim)
     _expect(isinstance(model, Encoder), label, f"built a {type(model).__name__}, not an Encoder")
     out_dim = getattr(model, "out_dim", None)
     _expect(
@@ -716,12 +723,16 @@ def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> N
         label,
         f"out_dim is {out_dim!r}; expected a positive int",
     )
-    x = torch.randn(B, IN_DIM, generator=torch.Generator().manual_seed(SEED), requires_grad=True)
+    gen = torch.Generator().manual_seed(SEED)
+    if image:
+        x = torch.randint(0, 256, (B, *IMAGE_SHAPE), generator=gen, dtype=torch.uint8)
+    else:
+        x = torch.randn(B, IN_DIM, generator=gen, requires_grad=True)
     z = model(x)
     _expect(
         isinstance(z, torch.Tensor) and z.shape == (B, out_dim),
         label,
-        f"forward of ({B}, {IN_DIM}) gave shape {tuple(getattr(z, 'shape', ()))}; expected "
+        f"forward of {tuple(x.shape)} gave shape {tuple(getattr(z, 'shape', ()))}; expected "
         f"({B}, {out_dim})",
     )
     _expect(z.is_floating_point() and _finite(z), label, "forward gave non-finite embeddings")
@@ -731,7 +742,7 @@ def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> N
         (n, p.grad) for n, p in model.named_parameters() if p.requires_grad
     ]:
         _expect(grad is None or _finite(grad), label, f"the gradient on {name} is not finite")
-    fresh = _build(factory, label, options, IN_DIM)
+    fresh = _build(factory, label, options, in_dim)
     fresh.load_state_dict(model.state_dict())
     model.eval()
     fresh.eval()

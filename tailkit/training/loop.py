@@ -3,7 +3,10 @@
     tailkit train --experiment <name>      # or: dvc repro train@<name>
 
 Batches come from tensors already in memory (a seeded ``randperm`` per epoch and
-``index_select``), never from a per-item DataLoader. Each step either scores all C labels (a
+``index_select``), never from a per-item DataLoader. An encoder with a ``train_transform(x,
+generator)`` method (the ResNet's crop-and-flip augmentation) gets each training batch on the
+device first, drawing from the loop's own seeded generator, which is checkpointed with the rest
+of the state; validation batches are never transformed. Each step either scores all C labels (a
 ``full`` loss) or asks the sampler for negatives and scores only those rows (a ``sampled``
 loss); the optimiser then updates only the rows the step touched. Every ``eval_every`` steps a
 fixed validation subset is scored, with the loss's prediction-time adjustment, for the learning
@@ -95,7 +98,16 @@ def train(
     sample_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     # A loss may learn parameters too (e.g. a log-normaliser); they train with the encoder's.
     dense = [*encoder.parameters(), *loss.parameters()]
-    optimizer.attach(layer, [p for p in dense if p.requires_grad])
+    optimizer.attach(
+        layer,
+        [p for p in dense if p.requires_grad],
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total,
+        sparse=loss.mode == "sampled",
+        owner=f"experiments.{cfg.experiment}.optimizer",
+    )
+    transform = getattr(encoder, "train_transform", None)
+    augment_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
 
     step, seconds, curve = 0, 0.0, []
     running, running_n = 0.0, 0
@@ -109,6 +121,8 @@ def train(
         if state["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         sample_gen.set_state(state["sample_gen"])
+        if state.get("augment_gen") is not None:
+            augment_gen.set_state(state["augment_gen"])
         running, running_n = state["running"]
 
     def save_checkpoint() -> None:
@@ -127,6 +141,7 @@ def train(
                     if torch.cuda.is_available()
                     else None,
                     "sample_gen": sample_gen.get_state(),
+                    "augment_gen": augment_gen.get_state(),
                     "running": (running, running_n),
                 }
             )
@@ -140,6 +155,8 @@ def train(
         idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
         x = x_train.index_select(0, idx).to(device, non_blocking=True)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
+        if transform is not None:
+            x = transform(x, augment_gen)
         z = encoder(x)
 
         if loss.mode == "full":

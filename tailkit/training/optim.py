@@ -1,21 +1,33 @@
 """Optimisers for the row-sparse output layer: they update only the rows a step touched.
 
 Plain SGD and Adagrad are exact under lazy (row-sparse) updates: an untouched row has zero
-gradient, so SGD leaves it unchanged and Adagrad's accumulator does not move. (Momentum and
-Adam are not, which is why they are not offered here.) Adagrad is what Bamler & Mandt train
-with; its learning-rate decay ρ_t = ρ₀·(a/(t+a))^b is available through ``decay_steps`` (a)
-and ``decay_power`` (b).
+gradient, so SGD leaves it unchanged and Adagrad's accumulator does not move. Momentum, weight
+decay and Adam are not: an untouched row still has a velocity (and a decay) that a dense
+optimiser would apply every step, and a lazy one would skip. Adagrad is what Bamler & Mandt
+train with; its learning-rate decay ρ_t = ρ₀·(a/(t+a))^b is available through ``decay_steps``
+(a) and ``decay_power`` (b).
 
-Encoder parameters, when a model has any, get the torch optimiser of the same name and lr.
+SGD takes ``momentum`` (optionally ``nesterov``) and ``weight_decay``, the recipe of the CIFAR
+long-tail papers (LDAM-DRW: momentum 0.9, weight decay 2e-4). A *full*-mode loss touches every
+row at every step, so the output layer then gets the dense update, exactly what
+``torch.optim.SGD`` does to a parameter; a *sampled* loss with momentum or weight decay is
+refused before the first step (a lazy update would be an approximation, not that optimiser).
+
+Every optimiser takes a ``schedule`` (:mod:`tailkit.training.schedules`: linear warmup, then
+step decays or cosine) that multiplies ``lr`` as a function of the step, so a resumed run
+continues on the same curve. Encoder parameters, when a model has any, get the torch optimiser
+of the same name with the same lr, momentum and weight decay.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
+from tailkit.errors import InvalidParameterError
 from tailkit.training.output_layer import OutputLayer, Rows
+from tailkit.training.schedules import Schedule, ScheduleSpec
 from tailkit.validation import Interval
 
 
@@ -26,27 +38,62 @@ class RowSparseOptimizer:
         "lr": Interval(0, None, closed="neither"),
         "decay_steps": Interval(0, None, closed="neither"),
         "decay_power": Interval(0, None),
+        "schedule": ScheduleSpec(),
     }
 
     def __init__(
-        self, *, lr: float = 0.1, decay_steps: float | None = None, decay_power: float = 0.5
+        self,
+        *,
+        lr: float = 0.1,
+        decay_steps: float | None = None,
+        decay_power: float = 0.5,
+        schedule: dict[str, Any] | None = None,
     ) -> None:
+        if decay_steps is not None and schedule is not None:
+            raise InvalidParameterError(
+                "optimizer: set either decay_steps (Adagrad-style decay) or schedule, not both"
+            )
         self.lr = lr
         self.decay_steps = decay_steps
         self.decay_power = decay_power
+        self.schedule = Schedule.from_spec(schedule, "optimizer.schedule")
+        self.steps_per_epoch = 1
+        self.total_steps: int | None = None
         self.dense: torch.optim.Optimizer | None = None
 
     def learning_rate(self, step: int) -> float:
+        lr = self.lr * self.schedule.factor(step, self.steps_per_epoch, self.total_steps)
         if self.decay_steps is None:
-            return self.lr
+            return lr
         a = self.decay_steps
-        return self.lr * (a / (step + a)) ** self.decay_power
+        return lr * (a / (step + a)) ** self.decay_power
 
-    def attach(self, layer: OutputLayer, encoder_params: list[torch.nn.Parameter]) -> None:
-        """Allocate state for ``layer``; build the dense optimiser for the encoder."""
+    def attach(
+        self,
+        layer: OutputLayer,
+        encoder_params: list[torch.nn.Parameter],
+        *,
+        steps_per_epoch: int = 1,
+        total_steps: int | None = None,
+        sparse: bool = False,
+        owner: str = "optimizer",
+    ) -> None:
+        """Allocate state for ``layer``; build the dense optimiser for the encoder.
+
+        ``steps_per_epoch`` and ``total_steps`` place the schedule's epochs and its end;
+        ``sparse`` says the loss is sampled (row-sparse steps); ``owner`` is the params key of
+        this optimiser for error messages.
+        """
+        if sparse:
+            self._check_sparse(owner)
         self.layer = layer
+        self.steps_per_epoch = max(int(steps_per_epoch), 1)
+        self.total_steps = total_steps
         if encoder_params:
             self.dense = self._dense_optimizer(encoder_params)
+
+    def _check_sparse(self, owner: str) -> None:
+        """Raise when this optimiser is not exact under row-sparse (lazy) updates."""
 
     def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -72,22 +119,90 @@ class RowSparseOptimizer:
 
 
 class RowSparseSGD(RowSparseOptimizer):
-    """Plain SGD on the touched rows."""
+    """SGD on the touched rows; with momentum/Nesterov and weight decay for full-mode losses.
+
+    The update is ``torch.optim.SGD``'s (dampening 0): g ← ∇ + λ·w; v ← μ·v + g; then
+    w ← w − lr·(g + μ·v) with Nesterov, else w ← w − lr·v.
+    """
+
+    constraints: ClassVar = {
+        **RowSparseOptimizer.constraints,
+        "momentum": Interval(0, 1, closed="left"),
+        "weight_decay": Interval(0, None),
+    }
+
+    def __init__(
+        self,
+        *,
+        lr: float = 0.1,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        weight_decay: float = 0.0,
+        decay_steps: float | None = None,
+        decay_power: float = 0.5,
+        schedule: dict[str, Any] | None = None,
+    ) -> None:
+        if nesterov and momentum <= 0:
+            raise InvalidParameterError("optimizer.nesterov: needs momentum > 0")
+        super().__init__(lr=lr, decay_steps=decay_steps, decay_power=decay_power, schedule=schedule)
+        self.momentum = momentum
+        self.nesterov = nesterov
+        self.weight_decay = weight_decay
+        self.velocity: dict[str, torch.Tensor] = {}
+
+    def _check_sparse(self, owner: str) -> None:
+        if self.momentum > 0 or self.weight_decay > 0:
+            raise InvalidParameterError(
+                f"{owner}: momentum and weight_decay need a full-mode loss (a sampled step "
+                "updates only the rows it touched); set them to 0 or use a full loss"
+            )
+
+    def attach(
+        self, layer: OutputLayer, encoder_params: list[torch.nn.Parameter], **kw: Any
+    ) -> None:
+        super().attach(layer, encoder_params, **kw)
+        # Zero velocity equals torch's first-step copy of the gradient (dampening 0).
+        self.velocity = (
+            {"weight": torch.zeros_like(layer.weight), "bias": torch.zeros_like(layer.bias)}
+            if self.momentum > 0
+            else {}
+        )
 
     def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=self.lr)
+        return torch.optim.SGD(
+            params,
+            lr=self.lr,
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+            weight_decay=self.weight_decay,
+        )
 
     def _update_rows(self, rows: Rows, lr: float) -> None:
-        for table, grad in (
-            (self.layer.weight, rows.weight.grad),
-            (self.layer.bias, rows.bias.grad),
+        for name, table, grad in (
+            ("weight", self.layer.weight, rows.weight.grad),
+            ("bias", self.layer.bias, rows.bias.grad),
         ):
             if grad is None:  # the bias of a cosine layer takes no part
                 continue
-            if rows.ids is None:
-                table.add_(grad, alpha=-lr)
-            else:
+            if rows.ids is not None:
+                if self.velocity or self.weight_decay > 0:
+                    self._check_sparse("optimizer")
                 table.index_add_(0, rows.ids, grad, alpha=-lr)
+                continue
+            if self.weight_decay > 0:
+                grad = grad.add(table, alpha=self.weight_decay)
+            if self.velocity:
+                v = self.velocity[name].mul_(self.momentum).add_(grad)
+                grad = grad.add(v, alpha=self.momentum) if self.nesterov else v
+            table.add_(grad, alpha=-lr)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "velocity": self.velocity}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        for name, v in state.get("velocity", {}).items():
+            self.velocity[name].copy_(v)
 
 
 class RowSparseAdagrad(RowSparseOptimizer):
@@ -107,13 +222,16 @@ class RowSparseAdagrad(RowSparseOptimizer):
         initial_accumulator: float = 1e-8,
         decay_steps: float | None = None,
         decay_power: float = 0.5,
+        schedule: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(lr=lr, decay_steps=decay_steps, decay_power=decay_power)
+        super().__init__(lr=lr, decay_steps=decay_steps, decay_power=decay_power, schedule=schedule)
         self.eps = eps
         self.initial_accumulator = initial_accumulator
 
-    def attach(self, layer: OutputLayer, encoder_params: list[torch.nn.Parameter]) -> None:
-        super().attach(layer, encoder_params)
+    def attach(
+        self, layer: OutputLayer, encoder_params: list[torch.nn.Parameter], **kw: Any
+    ) -> None:
+        super().attach(layer, encoder_params, **kw)
         self.acc_w = torch.full_like(layer.weight, self.initial_accumulator)
         self.acc_b = torch.full_like(layer.bias, self.initial_accumulator)
 

@@ -7,6 +7,8 @@ from tailkit.hookspecs import hookimpl
 def register_models(register):
     from tailkit.plugins.models.linear import Linear
     from tailkit.plugins.models.mlp import MLP
+    from tailkit.plugins.models.resnet import ResNet32
 
     register("linear", Linear)
     register("mlp", MLP)
+    register("resnet32", ResNet32)
