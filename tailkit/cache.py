@@ -5,17 +5,30 @@ Layout of a feature file (one Parquet file, written atomically):
 * ``row_id`` int64: the row's index in the dataset's :class:`~tailkit.components.RawData`, so a
   split can always be traced back to its raw rows;
 * ``label`` int64: the label id;
-* ``x`` ``fixed_size_list<float32, D>``: the feature vector. One list column, not D float
-  columns: D columns are 3-5× slower to write and read (reference measurements, ecosystem §5.2),
-  and the list's child values are one contiguous float buffer, which is what makes the
-  zero-copy read below possible.
+* the features, in one of three kinds (``FeatureTable.kind``):
 
-Encoding: zstd; ``x`` is written with BYTE_STREAM_SPLIT and without dictionary encoding, which
-is what makes floats compress at all (0.84× raw for i.i.d. Gaussians, 0.44× for real-looking
-embeddings, against 0.92× / 0.63× without it); statistics only for the integer columns (min/max
-of a list column is useless). Row groups hold 65,536 rows. The Parquet key-value metadata key
-``b"tailkit"`` holds a JSON object: the caller's ``metadata`` plus ``dim`` (D) and
-``num_rows`` (N), readable without touching the data (:func:`read_metadata`).
+  - ``dense``: ``x`` ``fixed_size_list<float32, D>``, the feature vector. One list column, not
+    D float columns: D columns are 3-5× slower to write and read (reference measurements,
+    ecosystem §5.2), and the list's child values are one contiguous float buffer, which is what
+    makes the zero-copy read below possible;
+  - ``image``: ``x`` ``fixed_size_list<uint8, H·W·3>``, an image's pixels, channels last, as the
+    ``pixels`` featurizer gives them (never converted to float: a quarter of float32's size; the
+    encoder converts and normalises on its device). The metadata holds ``shape`` = [H, W, 3];
+  - ``sparse``: ``idx`` ``list<int32>`` (sorted column ids) and ``val`` ``list<float32>`` (their
+    values), one list per row: a CSR matrix whose row pointer is the lists' offsets.
+
+Encoding: zstd; the values of ``x`` are written with BYTE_STREAM_SPLIT and without dictionary
+encoding, which is what makes floats compress at all (0.84× raw for i.i.d. Gaussians, 0.44× for
+real-looking embeddings, against 0.92× / 0.63× without it); Parquet stores uint8 as INT32, and
+the split turns the three zero bytes of each value into streams zstd removes (so an image file is
+about its raw pixel size, against 1.36× with PLAIN). Sparse ``idx`` is DELTA_BINARY_PACKED (sorted
+ids), ``val`` BYTE_STREAM_SPLIT. Statistics only for the integer columns (min/max of a list
+column is useless). Row groups hold 65,536 rows. The Parquet key-value metadata key
+``b"tailkit"`` holds a JSON object: the caller's ``metadata`` plus ``dim`` (D; H·W·3 for
+images) and ``num_rows`` (N), and for the image and sparse kinds ``kind`` (and ``shape``,
+``nnz``), readable without touching the data (:func:`read_metadata`). A dense file carries no
+``kind`` key, so its bytes are what they were before the other kinds existed; no ``kind`` reads
+as dense.
 
 Note that pyarrow's ``use_byte_stream_split`` takes *leaf* column paths: ``["x"]`` is silently
 ignored for a list column, the leaf is ``"x.list.element"``.
@@ -24,25 +37,28 @@ Zero-copy route (pyarrow 26): ``pq.read_table`` decodes each row group into its 
 buffers; the column is then one ``FixedSizeListArray`` (one chunk as is, several chunks
 concatenated once by ``combine_chunks`` — a single chunk is *not* passed through
 ``combine_chunks``, which copies even then). Its ``flatten()`` (which, unlike ``.values``,
-respects a slice offset) is a float32 array over the same buffer; ``to_numpy(zero_copy_only=
-True)`` views it, ``reshape(N, D)`` keeps the view, and ``torch.from_numpy`` shares it. torch
-warns that the array is not writable; we silence that one warning, because the buffers are
-private decoded memory (never the mmapped file), and document that the tensor must not be
-written in place. ``FixedSizeListArray.to_numpy`` itself would copy (apache/arrow #35622).
+respects a slice offset) is a float32 (uint8) array over the same buffer; ``to_numpy(zero_copy_
+only=True)`` views it, ``reshape(N, D)`` (``(N, H, W, 3)``) keeps the view, and
+``torch.from_numpy`` shares it. torch warns that the array is not writable; we silence that one
+warning, because the buffers are private decoded memory (never the mmapped file), and document
+that the tensor must not be written in place. ``FixedSizeListArray.to_numpy`` itself would copy
+(apache/arrow #35622). Sparse features come back as a ``torch.sparse_csr_tensor`` over the
+lists' int32 offsets and values, also without a copy.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import scipy.sparse as sp
 import torch
 
 from tailkit.atomic import atomic_path
@@ -50,19 +66,28 @@ from tailkit.errors import DataValidationError
 
 METADATA_KEY = b"tailkit"
 ROW_GROUP_SIZE = 65_536
+#: What ``columns`` of :func:`read_features` may name; ``x`` is the features of any kind.
 COLUMNS = ("row_id", "label", "x")
-# The leaf path of x's float values; pyarrow's per-column encoding options need it.
+FeatureKind = Literal["dense", "image", "sparse"]
+KINDS: tuple[FeatureKind, ...] = ("dense", "image", "sparse")
+#: The kinds :func:`read_features` returns by default: those a (N, ...) tensor holds, which is
+#: what training, evaluation and sampler fits index batches from.
+TENSOR_KINDS: tuple[FeatureKind, ...] = ("dense", "image")
+# The leaf path of x's values; pyarrow's per-column encoding options need it.
 X_LEAF = "x.list.element"
+IDX_LEAF, VAL_LEAF = "idx.list.element", "val.list.element"
+_INT32_MAX = np.iinfo(np.int32).max
 
 
 @dataclass
 class FeatureTable:
     """One split read back from the cache.
 
-    ``x`` (N, D) float32 shares memory with the Arrow buffers in ``arrow`` (read-only in spirit:
-    clone before modifying in place). ``labels`` and ``row_ids`` are (N,) int64. Columns not
-    requested are ``None``. ``metadata`` is the JSON stored at write time, with ``dim`` and
-    ``num_rows``.
+    ``x`` by :attr:`kind`: (N, D) float32 (``dense``), (N, H, W, 3) uint8 (``image``), both
+    sharing memory with the Arrow buffers in ``arrow`` (read-only in spirit: clone before
+    modifying in place), or an (N, D) ``torch.sparse_csr_tensor`` of float32 with int32
+    indices (``sparse``). ``labels`` and ``row_ids`` are (N,) int64. Columns not requested are
+    ``None``. ``metadata`` is the JSON stored at write time, with ``dim`` and ``num_rows``.
     """
 
     x: torch.Tensor | None
@@ -79,34 +104,93 @@ class FeatureTable:
 
     @property
     def dim(self) -> int:
+        """Values per row: D, or H·W·3 for images."""
         return int(self.metadata["dim"])
+
+    @property
+    def kind(self) -> FeatureKind:
+        return self.metadata.get("kind", "dense")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of ``x``: (N, D), or (N, H, W, 3) for images."""
+        if self.kind == "image":
+            return (self.num_rows, *self.metadata["shape"])
+        return (self.num_rows, self.dim)
+
+
+def _list_type(value_type: pa.DataType, size: int = -1) -> pa.DataType:
+    return pa.list_(pa.field("element", value_type, nullable=False), size)
 
 
 def _x_type(dim: int) -> pa.DataType:
-    return pa.list_(pa.field("element", pa.float32(), nullable=False), dim)
+    return _list_type(pa.float32(), dim)
+
+
+def _kind_of(path: Path, x: Any) -> FeatureKind:
+    if sp.issparse(x):
+        if x.format != "csr" or x.ndim != 2 or x.dtype != np.float32:
+            raise ValueError(
+                f"{path}: sparse x must be a 2-D float32 CSR matrix; got {x.format} of "
+                f"{x.dtype} with shape {x.shape}"
+            )
+        return "sparse"
+    if isinstance(x, np.ndarray) and x.ndim == 2 and x.dtype == np.float32:
+        return "dense"
+    if isinstance(x, np.ndarray) and x.ndim == 4 and x.shape[-1] == 3 and x.dtype == np.uint8:
+        return "image"
+    raise ValueError(
+        f"{path}: x must be a 2-D float32 array, an (N, H, W, 3) uint8 array or a float32 CSR "
+        f"matrix; got {getattr(x, 'dtype', type(x).__name__)} of shape {getattr(x, 'shape', None)}"
+    )
+
+
+def _feature_columns(path: Path, x: Any, kind: FeatureKind) -> tuple[dict[str, pa.Array], dict]:
+    """The feature columns of ``x`` and the metadata facts they imply."""
+    if kind == "sparse":
+        x = x if x.has_canonical_format else x.copy()
+        x.sum_duplicates()  # sorts indices too; a no-op when already canonical
+        if x.nnz > _INT32_MAX or x.shape[1] > _INT32_MAX:
+            raise ValueError(
+                f"{path}: sparse x of shape {x.shape} with {x.nnz} values exceeds int32"
+            )
+        offsets = pa.array(x.indptr.astype(np.int32, copy=False))
+        idx = pa.array(x.indices.astype(np.int32, copy=False))
+        val = pa.array(np.ascontiguousarray(x.data))
+        columns = {
+            "idx": pa.ListArray.from_arrays(offsets, idx, type=_list_type(pa.int32())),
+            "val": pa.ListArray.from_arrays(offsets, val, type=_list_type(pa.float32())),
+        }
+        return columns, {"dim": int(x.shape[1]), "kind": kind, "nnz": int(x.nnz)}
+    # pa.array over a contiguous 1-D view wraps the NumPy buffer without copying.
+    flat = pa.array(np.ascontiguousarray(x).reshape(-1))
+    dim = int(np.prod(x.shape[1:]))
+    column = pa.FixedSizeListArray.from_arrays(flat, type=_list_type(flat.type, dim))
+    facts: dict[str, Any] = {"dim": dim}
+    if kind == "image":
+        facts.update(kind=kind, shape=list(x.shape[1:]))
+    return {"x": column}, facts
 
 
 def write_features(
     path: str | Path,
-    x: np.ndarray,
+    x: np.ndarray | sp.csr_matrix,
     labels: np.ndarray,
     row_ids: np.ndarray,
     metadata: Mapping[str, Any],
 ) -> None:
     """Write one feature file atomically (see the module docstring for the layout).
 
-    ``x`` must be (N, D) float32 — a float64 array is refused rather than silently rounded.
-    ``labels`` and ``row_ids`` are (N,) integer arrays, stored as int64. ``metadata`` must be
-    JSON-serialisable; the keys ``dim`` and ``num_rows`` are set here (and must agree if given).
+    ``x`` is (N, D) float32 (dense), (N, H, W, 3) uint8 (image) or an (N, D) float32 CSR
+    matrix (sparse); any other dtype, a float64 array say, is refused rather than silently
+    converted. ``labels`` and ``row_ids`` are (N,) integer arrays, stored as int64.
+    ``metadata`` must be JSON-serialisable; the keys ``dim``, ``num_rows`` (and ``kind``,
+    ``shape``, ``nnz`` where they apply) are set here and must agree if given.
     """
     path = Path(path)
-    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float32:
-        raise ValueError(
-            f"{path}: x must be a 2-D float32 array; got "
-            f"{getattr(x, 'dtype', type(x).__name__)} of shape {getattr(x, 'shape', None)}"
-        )
-    n, dim = x.shape
-    if dim < 1:
+    kind = _kind_of(path, x)
+    n = x.shape[0]
+    if min(x.shape[1:]) < 1:
         raise ValueError(f"{path}: x must have at least one feature column; got shape {x.shape}")
     columns = {}
     for name, values in (("label", labels), ("row_id", row_ids)):
@@ -117,27 +201,33 @@ def write_features(
                 f"of shape {values.shape}"
             )
         columns[name] = pa.array(values.astype(np.int64, copy=False))
+    features, facts = _feature_columns(path, x, kind)
     meta = dict(metadata)
-    for key, value in (("dim", dim), ("num_rows", n)):
+    for key, value in (*facts.items(), ("num_rows", n)):
         if key in meta and meta[key] != value:
             raise ValueError(f"{path}: metadata[{key!r}] = {meta[key]!r} but the data has {value}")
         meta[key] = value
+    if kind == "dense" and meta.get("kind", "dense") != "dense":
+        raise ValueError(f"{path}: metadata['kind'] = {meta['kind']!r} but the data is dense")
     encoded = json.dumps(meta, sort_keys=True, allow_nan=False).encode()
 
-    # pa.array over a contiguous 1-D float32 view wraps the NumPy buffer without copying.
-    flat = pa.array(np.ascontiguousarray(x).reshape(-1), type=pa.float32())
-    x_col = pa.FixedSizeListArray.from_arrays(flat, type=_x_type(dim))
-    table = pa.table({"row_id": columns["row_id"], "label": columns["label"], "x": x_col})
+    table = pa.table({"row_id": columns["row_id"], "label": columns["label"], **features})
     table = table.replace_schema_metadata({METADATA_KEY: encoded})
+    if kind == "sparse":
+        encoding: dict[str, Any] = {
+            "column_encoding": {IDX_LEAF: "DELTA_BINARY_PACKED", VAL_LEAF: "BYTE_STREAM_SPLIT"}
+        }
+    else:
+        encoding = {"use_byte_stream_split": [X_LEAF]}
     with atomic_path(path) as tmp:
         pq.write_table(
             table,
             tmp,
             compression="zstd",
-            use_byte_stream_split=[X_LEAF],
             use_dictionary=["label"],
             write_statistics=["row_id", "label"],
             row_group_size=ROW_GROUP_SIZE,
+            **encoding,
         )
 
 
@@ -163,6 +253,23 @@ def _decode_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
         raise DataValidationError(f"{path}: unreadable tailkit metadata ({exc})") from exc
     if not isinstance(meta, dict) or not {"dim", "num_rows"} <= meta.keys():
         raise DataValidationError(f"{path}: tailkit metadata lacks 'dim' or 'num_rows'")
+    kind = meta.get("kind", "dense")
+    if kind not in KINDS:
+        raise DataValidationError(
+            f"{path}: unknown feature kind {kind!r} in the metadata; expected one of {KINDS}"
+        )
+    if kind == "image":
+        shape = meta.get("shape")
+        if (
+            not isinstance(shape, list)
+            or len(shape) != 3
+            or shape[2] != 3
+            or not all(isinstance(s, int) and s > 0 for s in shape)
+            or shape[0] * shape[1] * 3 != meta["dim"]
+        ):
+            raise DataValidationError(
+                f"{path}: image metadata 'shape' = {shape!r} is not [H, W, 3] with H·W·3 = dim"
+            )
     return meta
 
 
@@ -186,12 +293,73 @@ def _single_array(column: pa.ChunkedArray) -> pa.Array:
     return column.combine_chunks()
 
 
-def read_features(path: str | Path, columns: Iterable[str] | None = None) -> FeatureTable:
-    """Read a feature file; ``x`` is a zero-copy view of the decoded Arrow buffer.
+def _expected_types(kind: FeatureKind, dim: int) -> dict[str, pa.DataType]:
+    types = {"row_id": pa.int64(), "label": pa.int64()}
+    if kind == "sparse":
+        return {**types, "idx": _list_type(pa.int32()), "val": _list_type(pa.float32())}
+    value = pa.uint8() if kind == "image" else pa.float32()
+    return {**types, "x": _list_type(value, dim)}
+
+
+def _type_ok(actual: pa.DataType, expected: pa.DataType) -> bool:
+    # Nullability of the list's element field is not part of the check: a file rewritten by
+    # another tool may lose it, and nulls are rejected when the data is read.
+    if pa.types.is_fixed_size_list(expected):
+        return (
+            pa.types.is_fixed_size_list(actual)
+            and actual.list_size == expected.list_size
+            and actual.value_type == expected.value_type
+        )
+    if pa.types.is_list(expected):
+        return pa.types.is_list(actual) and actual.value_type == expected.value_type
+    return actual == expected
+
+
+def _values(path: Path, name: str, array: pa.Array) -> np.ndarray:
+    """The child values of a list array, as a zero-copy NumPy view."""
+    flat = array.flatten()
+    if flat.null_count:
+        raise DataValidationError(f"{path}: column {name!r} has {flat.null_count} null values")
+    return flat.to_numpy(zero_copy_only=True)
+
+
+def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, n: int, dim: int) -> torch.Tensor:
+    indptr = idx.offsets.to_numpy(zero_copy_only=True)
+    if not np.array_equal(indptr, val.offsets.to_numpy(zero_copy_only=True)):
+        raise DataValidationError(f"{path}: columns 'idx' and 'val' have different row lengths")
+    if indptr.size == 0:  # an empty list array may have no offsets at all
+        indptr = np.zeros(1, dtype=np.int32)
+    elif indptr[0] != 0:  # a sliced array's offsets start where the slice does
+        indptr = indptr - indptr[0]
+    indices, values = _values(path, "idx", idx), _values(path, "val", val)
+    if indices.size and (indices.min() < 0 or indices.max() >= dim):
+        raise DataValidationError(f"{path}: column 'idx' has ids outside [0, {dim})")
+    with warnings.catch_warnings():
+        # torch calls CSR support beta and asks to opt in or out of invariant checks; the
+        # checks above are the ones that matter here, so skip torch's O(nnz) pass.
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(
+            _as_tensor(indptr),
+            _as_tensor(indices),
+            _as_tensor(values),
+            size=(n, dim),
+            check_invariants=False,
+        )
+
+
+def read_features(
+    path: str | Path,
+    columns: Iterable[str] | None = None,
+    kinds: Collection[str] = TENSOR_KINDS,
+) -> FeatureTable:
+    """Read a feature file; dense and image ``x`` is a zero-copy view of the Arrow buffer.
 
     ``columns`` picks a subset of ``row_id``, ``label``, ``x`` (e.g. ``["label"]`` for a
-    sampler fit, which then never decodes ``x``). A missing or corrupt file, a column the file
-    lacks or with the wrong type, or data disagreeing with its metadata raises
+    sampler fit, which then never decodes ``x``); ``x`` means the feature columns of whatever
+    kind the file holds. ``kinds`` are the feature kinds the caller handles: reading ``x`` of
+    another kind is a one-line :class:`DataValidationError` (the default refuses sparse
+    features, which no batch-indexing reader supports yet). A missing or corrupt file, a column
+    the file lacks or with the wrong type, or data disagreeing with its metadata raises
     :class:`DataValidationError` naming ``path``.
     """
     path = Path(path)
@@ -202,44 +370,46 @@ def read_features(path: str | Path, columns: Iterable[str] | None = None) -> Fea
     schema = _schema(path)
     meta = _decode_metadata(path, schema)
     dim, n = int(meta["dim"]), int(meta["num_rows"])
-    expected = {"row_id": pa.int64(), "label": pa.int64(), "x": _x_type(dim)}
-    for name in wanted:
+    kind: FeatureKind = meta.get("kind", "dense")
+    if "x" in wanted and kind not in kinds:
+        raise DataValidationError(
+            f"{path}: holds {kind} features, but this stage reads only {' or '.join(kinds)} "
+            "features for now; choose a featurizer with dense output (tfidf-svd for sparse "
+            "inputs)"
+        )
+    expected = _expected_types(kind, dim)
+    stored = [c for c in expected if c in wanted or (c in ("idx", "val") and "x" in wanted)]
+    for name in stored:
         idx = schema.get_field_index(name)
         if idx < 0:
             raise DataValidationError(f"{path}: missing column {name!r}")
         actual = schema.field(idx).type
-        ok = (
-            pa.types.is_fixed_size_list(actual)
-            and actual.list_size == dim
-            and actual.value_type == pa.float32()
-            if name == "x"
-            else actual == expected[name]
-        )
-        if not ok:
+        if not _type_ok(actual, expected[name]):
             raise DataValidationError(
                 f"{path}: column {name!r} has type {actual}; expected {expected[name]}"
             )
     try:
-        table = pq.read_table(path, columns=wanted, memory_map=True)
+        table = pq.read_table(path, columns=stored, memory_map=True)
     except (pa.ArrowException, OSError) as exc:
         raise DataValidationError(f"{path}: cannot read feature data ({exc})") from exc
     if table.num_rows != n:
         raise DataValidationError(f"{path}: {table.num_rows} rows but the metadata says {n}")
 
-    out: dict[str, torch.Tensor | None] = dict.fromkeys(COLUMNS)
-    for name in wanted:
+    arrays: dict[str, pa.Array] = {}
+    for name in stored:
         column = table.column(name)
         if column.null_count:
             raise DataValidationError(f"{path}: column {name!r} has {column.null_count} nulls")
-        array = _single_array(column)
-        if name == "x":
-            flat = array.flatten()
-            if flat.null_count:
-                raise DataValidationError(f"{path}: column 'x' has {flat.null_count} null values")
-            values = flat.to_numpy(zero_copy_only=True).reshape(n, dim)
-        else:
-            values = array.to_numpy(zero_copy_only=True)
-        out[name] = _as_tensor(values)
+        arrays[name] = _single_array(column)
+    out: dict[str, torch.Tensor | None] = dict.fromkeys(COLUMNS)
+    for name in ("row_id", "label"):
+        if name in arrays:
+            out[name] = _as_tensor(arrays[name].to_numpy(zero_copy_only=True))
+    if kind == "sparse" and "x" in wanted:
+        out["x"] = _sparse(path, arrays["idx"], arrays["val"], n, dim)
+    elif "x" in wanted:
+        shape = (n, *meta["shape"]) if kind == "image" else (n, dim)
+        out["x"] = _as_tensor(_values(path, "x", arrays["x"]).reshape(shape))
     return FeatureTable(
         x=out["x"], labels=out["label"], row_ids=out["row_id"], metadata=meta, arrow=table
     )

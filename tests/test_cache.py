@@ -1,16 +1,19 @@
-"""The Parquet feature cache: round trip, zero-copy read, projection, bad files."""
+"""The Parquet feature cache: dense, image and sparse round trips, zero-copy reads, projection,
+atomic writes, bad files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import scipy.sparse as sp
 import torch
 
-from tailkit.cache import ROW_GROUP_SIZE, read_features, read_metadata, write_features
+from tailkit.cache import KINDS, ROW_GROUP_SIZE, read_features, read_metadata, write_features
 from tailkit.errors import DataValidationError
 
 
@@ -150,3 +153,197 @@ def test_bad_inputs_are_refused_and_write_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError):  # NaN is not JSON
         write_features(path, x, labels, row_ids, {"a": float("nan")})
     assert list(tmp_path.iterdir()) == []
+
+
+# --- image and sparse features -------------------------------------------------------------
+
+
+def _images(n: int, h: int = 4, w: int = 5, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(n, h, w, 3), dtype=np.uint8)
+
+
+def _csr(n: int, d: int, seed: int = 0) -> sp.csr_matrix:
+    x = sp.random(n, d, density=0.2, format="csr", dtype=np.float32, random_state=seed)
+    x.data += 1.0  # no explicit zeros, so the round trip compares exactly
+    return x
+
+
+def test_dense_files_carry_no_kind(tmp_path: Path) -> None:
+    # Dense files are what they were before the other kinds: no ``kind`` key, read as dense.
+    x, labels, row_ids = _data(20, 3)
+    path = tmp_path / "f.parquet"
+    write_features(path, x, labels, row_ids, {})
+    assert "kind" not in read_metadata(path)
+    table = read_features(path)
+    assert table.kind == "dense" and table.shape == (20, 3)
+
+
+def test_image_round_trip_and_metadata(tmp_path: Path) -> None:
+    images = _images(300)
+    labels, row_ids = np.arange(300) % 7, np.arange(300)[::-1].copy()
+    path = tmp_path / "train.parquet"
+    write_features(path, images, labels, row_ids, {"featurizer": "pixels"})
+
+    table = read_features(path)
+    assert table.x.dtype == torch.uint8 and tuple(table.x.shape) == (300, 4, 5, 3)
+    np.testing.assert_array_equal(table.x.numpy(), images)
+    np.testing.assert_array_equal(table.labels.numpy(), labels)
+    np.testing.assert_array_equal(table.row_ids.numpy(), row_ids)
+    expected = {"featurizer": "pixels", "kind": "image", "shape": [4, 5, 3], "dim": 60}
+    assert table.metadata == {**expected, "num_rows": 300} == read_metadata(path)
+    assert (table.kind, table.shape, table.dim) == ("image", (300, 4, 5, 3), 60)
+    # a batch of images is index_select-ed as training does, still uint8
+    assert table.x.index_select(0, torch.tensor([0, 2])).dtype == torch.uint8
+
+
+def test_image_column_layout_and_encoding(tmp_path: Path) -> None:
+    path = tmp_path / "f.parquet"
+    write_features(path, _images(50), np.zeros(50, np.int64), np.arange(50), {})
+    assert pq.read_schema(path).field("x").type == pa.list_(
+        pa.field("element", pa.uint8(), nullable=False), 60
+    )
+    column = pq.read_metadata(path).row_group(0).column(2)
+    assert column.path_in_schema == "x.list.element" and column.compression == "ZSTD"
+    assert "BYTE_STREAM_SPLIT" in column.encodings
+    assert not any("DICTIONARY" in e for e in column.encodings)
+
+
+def test_images_are_not_copied(tmp_path: Path) -> None:
+    images = _images(2000, 8, 8)
+    path = tmp_path / "f.parquet"
+    write_features(path, images, np.zeros(2000, np.int64), np.arange(2000), {})
+    table = read_features(path)
+    buffer = table.arrow.column("x").chunk(0).values.buffers()[1]
+    assert table.x.data_ptr() == buffer.address
+    assert np.shares_memory(table.x.numpy(), np.frombuffer(buffer, dtype=np.uint8))
+    assert not np.shares_memory(table.x.numpy(), images)
+    assert table.x.is_contiguous()
+
+
+def test_multi_row_group_images(tmp_path: Path) -> None:
+    n = ROW_GROUP_SIZE + 5
+    images = _images(n, 1, 2)
+    path = tmp_path / "f.parquet"
+    write_features(path, images, np.arange(n) % 3, np.arange(n), {})
+    np.testing.assert_array_equal(read_features(path).x.numpy(), images)
+
+
+def test_sparse_round_trip_and_metadata(tmp_path: Path) -> None:
+    x = _csr(200, 30)
+    labels, row_ids = np.arange(200) % 5, np.arange(200)
+    path = tmp_path / "f.parquet"
+    write_features(path, x, labels, row_ids, {"featurizer": "bow"})
+    schema = pq.read_schema(path)
+    assert schema.field("idx").type == pa.list_(pa.field("element", pa.int32(), nullable=False))
+    assert schema.field("val").type == pa.list_(pa.field("element", pa.float32(), nullable=False))
+    assert "x" not in schema.names
+
+    expected = {"featurizer": "bow", "kind": "sparse", "dim": 30, "nnz": x.nnz, "num_rows": 200}
+    assert read_metadata(path) == expected
+    table = read_features(path, kinds=KINDS)
+    assert table.x.layout == torch.sparse_csr and tuple(table.x.shape) == (200, 30)
+    assert (table.kind, table.shape) == ("sparse", (200, 30))
+    assert table.x.values().dtype == torch.float32
+    np.testing.assert_array_equal(table.x.crow_indices().numpy(), x.indptr)
+    np.testing.assert_array_equal(table.x.col_indices().numpy(), x.indices)
+    np.testing.assert_array_equal(table.x.values().numpy(), x.data)
+    np.testing.assert_array_equal(table.x.to_dense().numpy(), x.toarray())
+    np.testing.assert_array_equal(table.labels.numpy(), labels)
+    # the row pointer and values are the decoded Arrow buffers, not copies
+    idx = table.arrow.column("idx").chunk(0)
+    assert table.x.crow_indices().data_ptr() == idx.offsets.buffers()[1].address
+    assert table.x.col_indices().data_ptr() == idx.values.buffers()[1].address
+
+
+def test_sparse_encoding_and_canonical_rows(tmp_path: Path) -> None:
+    # unsorted ids and a duplicate are summed and sorted on the way in, as CSR readers expect
+    x = sp.csr_matrix(
+        (np.array([1, 2, 3, 4], np.float32), np.array([3, 1, 1, 0]), np.array([0, 3, 4])),
+        shape=(2, 5),
+    )
+    path = tmp_path / "f.parquet"
+    write_features(path, x, np.array([0, 1]), np.array([0, 1]), {})
+    table = read_features(path, kinds=KINDS)
+    assert table.x.col_indices().tolist() == [1, 3, 0]
+    np.testing.assert_array_equal(table.x.to_dense().numpy(), x.toarray())
+    encodings = {
+        c.path_in_schema: c.encodings
+        for c in (pq.read_metadata(path).row_group(0).column(i) for i in range(4))
+    }
+    assert "DELTA_BINARY_PACKED" in encodings["idx.list.element"]
+    assert "BYTE_STREAM_SPLIT" in encodings["val.list.element"]
+
+
+def test_sparse_empty_and_multi_row_group(tmp_path: Path) -> None:
+    path = tmp_path / "empty.parquet"
+    empty = np.zeros(0, np.int64)
+    write_features(path, sp.csr_matrix((0, 4), dtype=np.float32), empty, empty, {})
+    table = read_features(path, kinds=KINDS)
+    assert tuple(table.x.shape) == (0, 4) and table.x.crow_indices().tolist() == [0]
+    n = ROW_GROUP_SIZE + 7
+    x = _csr(n, 6, seed=1)
+    path = tmp_path / "big.parquet"
+    write_features(path, x, np.zeros(n, np.int64), np.arange(n), {})
+    got = read_features(path, kinds=KINDS).x
+    np.testing.assert_array_equal(got.crow_indices().numpy(), x.indptr)
+    np.testing.assert_array_equal(got.col_indices().numpy(), x.indices)
+
+
+def test_sparse_is_refused_by_default_but_labels_read(tmp_path: Path) -> None:
+    path = tmp_path / "f.parquet"
+    write_features(path, _csr(10, 4), np.arange(10), np.arange(10), {})
+    with pytest.raises(DataValidationError, match=r"sparse features.*tfidf-svd") as info:
+        read_features(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    table = read_features(path, columns=["label"])
+    assert table.x is None and table.labels.tolist() == list(range(10))
+
+
+def test_bad_image_and_sparse_inputs_write_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "f.parquet"
+    n = np.arange(4)
+    with pytest.raises(ValueError, match="uint8"):
+        write_features(path, _images(4).astype(np.float32), n, n, {})
+    with pytest.raises(ValueError, match="shape"):
+        write_features(path, _images(4), n, n, {"shape": [5, 4, 3]})
+    with pytest.raises(ValueError, match="kind"):
+        write_features(path, _data(4, 2)[0], n, n, {"kind": "image"})
+    with pytest.raises(ValueError, match="float32 CSR"):
+        write_features(path, sp.csr_matrix(np.eye(4)), n, n, {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "f.parquet"
+    write_features(path, _images(5), np.arange(5), np.arange(5), {"v": 1})
+    before = path.read_bytes()
+
+    def crash(table, where, **kwargs):
+        Path(where).write_bytes(b"PAR1 partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", crash)
+    with pytest.raises(OSError, match="disk full"):
+        write_features(path, _csr(5, 3), np.arange(5), np.arange(5), {"v": 2})
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["f.parquet"]
+
+
+def test_inconsistent_image_metadata_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "f.parquet"
+    write_features(path, _images(3), np.arange(3), np.arange(3), {})
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"tailkit"])
+    for bad, match in (({"shape": [4, 4, 3]}, "shape"), ({"kind": "video"}, "video")):
+        encoded = json.dumps({**meta, **bad}).encode()
+        pq.write_table(table.replace_schema_metadata({b"tailkit": encoded}), path)
+        with pytest.raises(DataValidationError, match=match):
+            read_features(path)
+    # a dense-typed x under image metadata is a type error naming the column
+    x = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(3 * 60, np.float32)), 60)
+    pq.write_table(
+        table.set_column(2, "x", x).replace_schema_metadata({b"tailkit": json.dumps(meta)}),
+        path,
+    )
+    with pytest.raises(DataValidationError, match=r"column 'x' has type"):
+        read_features(path)

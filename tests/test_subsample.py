@@ -1,4 +1,5 @@
-"""Splits and long-tail profiles, with the LDAM-DRW CIFAR-LT counts as the reference."""
+"""Splits and long-tail profiles, with the LDAM-DRW CIFAR-LT counts as the reference; a
+dataset's own splits."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from tailkit.errors import DataValidationError
 from tailkit.params import SubsampleParams
-from tailkit.stages.subsample import profile_quota, split_rows
+from tailkit.stages.subsample import profile_quota, split_given, split_rows
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
 
@@ -78,3 +79,97 @@ def test_a_vanishing_class_is_an_error_naming_the_params():
     with pytest.raises(DataValidationError, match="imbalance_ratio=1000") as info:
         split_rows(labels, 10, p)
     assert "\n" not in str(info.value)
+
+
+# --- a dataset's own splits -----------------------------------------------------------------
+
+
+def _given_cifar(train_per_class: int = 5000, test_per_class: int = 1000, classes: int = 10):
+    """Labels of CIFAR's layout: the training rows, then the test rows, each class-cyclic."""
+    train = np.arange(classes * train_per_class) % classes
+    test = np.arange(classes * test_per_class) % classes
+    labels = np.concatenate([train, test])
+    splits = {"train": np.arange(train.size), "test": np.arange(train.size, labels.size)}
+    return labels, splits
+
+
+def test_given_splits_keep_the_test_rows_and_profile_the_training_rows():
+    labels, splits = _given_cifar()
+    p = SubsampleParams(profile="exp", imbalance_ratio=100, val_fraction=0.1, seed=1)
+    rows = split_given(labels, 10, splits, p)
+    assert np.bincount(labels[rows["train"]], minlength=10).tolist() == CIFAR10_LT_100
+    assert rows["train"].size == 12406
+    np.testing.assert_array_equal(rows["test"], splits["test"])  # untouched: 1,000 per class
+    # validation: 500 per class from the rows the profile left out; the head class has none
+    val_counts = np.bincount(labels[rows["val"]], minlength=10)
+    assert val_counts.tolist() == [0] + [500] * 9
+    assert np.isin(rows["val"], splits["train"]).all()
+    everything = np.concatenate(list(rows.values()))
+    assert np.unique(everything).size == everything.size
+    assert all(np.array_equal(v, np.sort(v)) for v in rows.values())
+    again = split_given(labels, 10, splits, p)
+    assert all(np.array_equal(rows[k], again[k]) for k in rows)
+
+
+def test_given_val_split_is_kept_too():
+    labels, splits = _given_cifar(50, 10, 4)
+    splits["val"] = splits["train"][::10]
+    splits["train"] = np.setdiff1d(splits["train"], splits["val"])
+    rows = split_given(labels, 4, splits, SubsampleParams(profile="step", imbalance_ratio=5))
+    np.testing.assert_array_equal(rows["val"], splits["val"])
+    np.testing.assert_array_equal(rows["test"], splits["test"])
+    # pools [40, 50, 40, 50] (val took classes 0 and 2): n_max = 50 for the larger half
+    assert np.bincount(labels[rows["train"]], minlength=4).tolist() == [10, 50, 10, 50]
+
+
+def test_natural_profile_carves_val_from_the_given_training_rows():
+    labels, splits = _given_cifar(100, 20, 3)
+    rows = split_given(labels, 3, splits, SubsampleParams(val_fraction=0.2))
+    assert np.bincount(labels[rows["val"]]).tolist() == [20, 20, 20]
+    assert np.bincount(labels[rows["train"]]).tolist() == [80, 80, 80]
+    np.testing.assert_array_equal(rows["test"], splits["test"])
+
+
+def test_missing_test_split_is_carved_from_the_training_rows():
+    labels = np.repeat(np.arange(2), 100)
+    given = {"train": np.arange(0, 200, 2)}  # rows outside every given split are left out
+    p = SubsampleParams(val_fraction=0.1, test_fraction=0.2)
+    rows = split_given(labels, 2, given, p)
+    assert [np.bincount(labels[rows[k]]).tolist() for k in ("test", "val", "train")] == [
+        [10, 10],
+        [5, 5],
+        [35, 35],
+    ]
+    assert np.isin(np.concatenate(list(rows.values())), given["train"]).all()
+
+
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        ({"test": np.arange(5)}, "expected 'train'"),
+        ({"train": np.arange(5), "holdout": np.arange(5, 9)}, "holdout"),
+        ({"train": np.arange(5), "test": np.arange(4, 9)}, r"splits\['test'\] repeats"),
+        ({"train": np.array([0, 0, 1])}, r"splits\['train'\] repeats"),
+        ({"train": np.arange(5), "test": np.array([10])}, "outside"),
+        ({"train": np.arange(5.0)}, "integer"),
+    ],
+)
+def test_bad_given_splits_are_one_line_errors(given, match):
+    labels = np.arange(10) % 2
+    with pytest.raises(DataValidationError, match=match) as info:
+        split_given(labels, 2, given, SubsampleParams(), "dataset 'toy'")
+    assert str(info.value).startswith("dataset 'toy': ") and "\n" not in str(info.value)
+
+
+def test_a_profile_that_leaves_no_validation_rows_is_an_error():
+    labels, splits = _given_cifar(20, 5, 4)
+    p = SubsampleParams(profile="step", imbalance_ratio=1)
+    with pytest.raises(DataValidationError, match="no validation rows"):
+        split_given(labels, 4, splits, p)
+
+
+def test_a_class_without_given_training_rows_is_an_error():
+    labels = np.array([0, 0, 0, 1, 1])
+    splits = {"train": np.arange(3), "test": np.arange(3, 5)}
+    with pytest.raises(DataValidationError, match="min_class_count"):
+        split_given(labels, 2, splits, SubsampleParams())

@@ -3,6 +3,12 @@
 Raw inputs are decoded once; each split becomes ``data/features/<split>.parquet`` (see
 :mod:`tailkit.cache`), and ``meta.json`` carries the label names and counts forward so later
 stages read only ``data/features``.
+
+The featurizer's ``accepts`` (the RawData modalities it takes; ``("dense",)`` when it declares
+none) is checked against the dataset's modality before anything is fitted. Its ``output``
+decides what is cached: ``dense`` features as float32, ``image`` pixels as uint8 (N, H, W, 3),
+``sparse`` features as a float32 CSR matrix. ``meta.json`` records that ``kind``, ``dim`` (the
+values per row: D, or H·W·3) and, for images, ``shape`` = [H, W, 3].
 """
 
 from __future__ import annotations
@@ -10,23 +16,78 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from tailkit.atomic import atomic_dir, write_json
-from tailkit.cache import write_features
+from tailkit.cache import KINDS, write_features
 from tailkit.checksum import params_hash
+from tailkit.errors import InvalidParameterError, PluginError
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.progress import each
 from tailkit.registry import Registry
 from tailkit.stages.download import raw_dir
 from tailkit.stages.subsample import SPLITS, read_meta, read_split
 
 
+def accepts(factory: Any) -> tuple[str, ...]:
+    """The modalities a featurizer (class or instance) declares it takes."""
+    return tuple(getattr(factory, "accepts", ("dense",)))
+
+
+def check_modality(featurizer: Any, params: Params, modality: str, registry: Registry) -> None:
+    """A one-line error when the featurizer does not take the dataset's modality, naming the
+    featurizers that do."""
+    taken = accepts(featurizer)
+    if modality in taken:
+        return
+    fits = [c.name for c in registry.components("featurizers") if modality in accepts(c.factory)]
+    raise InvalidParameterError(
+        f"featurize.name: featurizer {params.featurize['name']!r} accepts {', '.join(taken)} "
+        f"inputs, but dataset {params.dataset['name']!r} is {modality}; featurizers for "
+        f"{modality} data: {', '.join(fits) or '(none installed)'}"
+    )
+
+
+def as_output(x: Any, output: str, name: str) -> Any:
+    """``transform``'s result in the cache's form for ``output``, or a one-line PluginError
+    when it is not what the featurizer declared."""
+    if sp.issparse(x):
+        if output == "sparse":
+            return sp.csr_matrix(x, dtype=np.float32)
+    elif output == "dense":
+        array = np.asarray(x)
+        if array.ndim == 2 and array.dtype.kind in "biuf":
+            return np.ascontiguousarray(array, dtype=np.float32)
+    elif output == "image":
+        image = isinstance(x, np.ndarray) and x.ndim == 4 and x.shape[-1] == 3
+        if image and x.dtype == np.uint8:
+            return np.ascontiguousarray(x)  # the very array when already contiguous
+    got = f"a sparse matrix of shape {x.shape}" if sp.issparse(x) else None
+    got = got or f"{getattr(x, 'dtype', type(x).__name__)} of shape {getattr(x, 'shape', None)}"
+    expected = {
+        "dense": "an (N, D) real array",
+        "image": "an (N, H, W, 3) uint8 array",
+        "sparse": "a sparse (N, D) matrix",
+    }[output]
+    raise PluginError(
+        f"featurizer {name!r} declares output {output!r} ({expected}) but transform returned {got}"
+    )
+
+
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     dataset = registry.build("datasets", params.dataset, "dataset")
     featurizer = registry.build("featurizers", params.featurize, "featurize")
+    name = params.featurize["name"]
+    output = getattr(featurizer, "output", "dense")
+    if output not in KINDS:
+        raise PluginError(
+            f"featurizer {name!r} declares output {output!r}; expected one of {KINDS}"
+        )
     raw = dataset.load(raw_dir(layout, params))
+    check_modality(featurizer, params, raw.modality, registry)
     meta = read_meta(layout.split)
-    splits = {name: read_split(layout.split, name) for name in SPLITS}
+    splits = {split: read_split(layout.split, split) for split in SPLITS}
 
     featurizer.fit(raw.inputs[splits["train"][0]])
     info = {
@@ -42,10 +103,19 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
             }
         ),
     }
+    row_shapes = {}
     with atomic_dir(layout.features) as tmp:
-        for name, (rows, labels) in splits.items():
-            x = np.ascontiguousarray(featurizer.transform(raw.inputs[rows]), dtype=np.float32)
-            write_features(tmp / f"{name}.parquet", x, labels, rows, {**info, "split": name})
-        meta = {**meta, **info, "dim": int(x.shape[1])}
+        for split, (rows, labels) in each(splits.items(), "featurize", unit="split"):
+            x = as_output(featurizer.transform(raw.inputs[rows]), output, name)
+            write_features(tmp / f"{split}.parquet", x, labels, rows, {**info, "split": split})
+            row_shapes[split] = tuple(int(s) for s in x.shape[1:])
+        if len(set(row_shapes.values())) > 1:
+            raise PluginError(
+                f"featurizer {name!r} gave rows of different shapes per split: {row_shapes}"
+            )
+        row_shape = row_shapes["train"]
+        meta = {**meta, **info, "kind": output, "dim": int(np.prod(row_shape))}
+        if output == "image":
+            meta["shape"] = list(row_shape)
         write_json(tmp / "meta.json", meta)
     return meta

@@ -11,6 +11,20 @@ CIFAR-LT recipe leaves the test set alone. The profile then keeps, for the class
 
 capped by what the class has. Rows within a class are taken in a seeded random order. A class
 left with fewer than ``min_class_count`` training rows is an error, before anything is written.
+
+A dataset with its own partition (``RawData.splits``, e.g. CIFAR's 50,000/10,000) keeps its
+test split, and its val split if it has one, exactly as given; the profile applies to the given
+training rows only, with ``n_max`` the largest class among them, so CIFAR-10 with ``exp`` and
+ratio 100 keeps the recipe's 12,406 training rows (5,000 … 50) and the untouched 10,000 test
+rows. A missing test split is carved out of the given training rows as above. A missing val
+split is ``val_fraction`` of each class's given training rows, drawn from the rows the profile
+leaves out (as ImageNet-LT's validation images are ImageNet training images outside the LT
+set), so the profile's counts stay the recipe's; a class the profile uses up entirely (the
+largest, under ``exp``) has no validation rows. ``natural`` leaves nothing out, so there the
+validation rows come first and the rest is trained on, as without given splits.
+
+Labels must be single-label: multi-label (CSR) labels are refused with the dataset option
+that converts them.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tailkit.atomic import atomic_dir, write_json
+from tailkit.components import RawData
 from tailkit.errors import DataValidationError
 from tailkit.params import Params, SubsampleParams
 from tailkit.paths import Layout, require
@@ -54,41 +69,124 @@ def profile_quota(pool: np.ndarray, p: SubsampleParams) -> np.ndarray:
     return np.minimum(quota, pool)
 
 
-def split_rows(labels: np.ndarray, num_classes: int, p: SubsampleParams) -> dict[str, np.ndarray]:
-    """Row indices of each split (sorted), per the module docstring."""
-    counts = np.bincount(labels, minlength=num_classes)
+def _n_test(counts: np.ndarray, p: SubsampleParams) -> np.ndarray:
+    """Test rows per class, carved out of pools of ``counts`` rows (at least one row stays)."""
     if p.balanced_test:
-        n_test = np.minimum(p.test_per_class, np.maximum(counts - 1, 0))
-    else:
-        n_test = np.minimum(_round_half_up(counts * p.test_fraction), np.maximum(counts - 1, 0))
-    n_val = np.minimum(_round_half_up(counts * p.val_fraction), np.maximum(counts - 1 - n_test, 0))
-    quota = profile_quota(counts - n_test - n_val, p)
+        return np.minimum(p.test_per_class, np.maximum(counts - 1, 0))
+    return np.minimum(_round_half_up(counts * p.test_fraction), np.maximum(counts - 1, 0))
 
+
+def _n_val(counts: np.ndarray, n_test: np.ndarray, p: SubsampleParams) -> np.ndarray:
+    """Validation rows per class, beside ``n_test`` (at least one row stays for training)."""
+    return np.minimum(_round_half_up(counts * p.val_fraction), np.maximum(counts - 1 - n_test, 0))
+
+
+def _check_quota(quota: np.ndarray, counts: np.ndarray, p: SubsampleParams) -> None:
     short = np.flatnonzero(quota < p.min_class_count)
     if short.size:
         c = int(short[0])
         raise DataValidationError(
-            f"subsample: {short.size} of {num_classes} classes keep fewer than "
+            f"subsample: {short.size} of {quota.size} classes keep fewer than "
             f"min_class_count={p.min_class_count} training rows (e.g. class id {c} keeps "
             f"{int(quota[c])} of {int(counts[c])}) with profile={p.profile!r}, "
             f"imbalance_ratio={p.imbalance_ratio:g}; lower subsample.imbalance_ratio or "
             "subsample.val_fraction/test_fraction"
         )
 
-    rng = np.random.default_rng(p.seed)
+
+def _deal(
+    labels: np.ndarray, num_classes: int, segments: dict[str, np.ndarray], seed: int
+) -> dict[str, np.ndarray]:
+    """Deal each class's rows, in a seeded random order, to the segments in turn: segment s
+    gets the next ``segments[s][c]`` rows of class c. Returns sorted positions in ``labels``."""
+    counts = np.bincount(labels, minlength=num_classes)
+    rng = np.random.default_rng(seed)
     order = np.lexsort((rng.random(labels.shape[0]), labels))  # by class, random within
     start = np.concatenate([[0], np.cumsum(counts)[:-1]])
     sorted_labels = labels[order]
     rank = np.arange(labels.shape[0]) - start[sorted_labels]
-    test_end = n_test[sorted_labels]
-    val_end = test_end + n_val[sorted_labels]
-    train_end = val_end + quota[sorted_labels]
-    masks = {
-        "test": rank < test_end,
-        "val": (rank >= test_end) & (rank < val_end),
-        "train": (rank >= val_end) & (rank < train_end),
-    }
-    return {name: np.sort(order[mask]) for name, mask in masks.items()}
+    out, end = {}, np.zeros(num_classes, dtype=np.int64)
+    for name, size in segments.items():
+        lo, end = end, end + size
+        mask = (rank >= lo[sorted_labels]) & (rank < end[sorted_labels])
+        out[name] = np.sort(order[mask])
+    return out
+
+
+def split_rows(labels: np.ndarray, num_classes: int, p: SubsampleParams) -> dict[str, np.ndarray]:
+    """Row indices of each split (sorted), per the module docstring."""
+    counts = np.bincount(labels, minlength=num_classes)
+    n_test = _n_test(counts, p)
+    n_val = _n_val(counts, n_test, p)
+    quota = profile_quota(counts - n_test - n_val, p)
+    _check_quota(quota, counts, p)
+    return _deal(labels, num_classes, {"test": n_test, "val": n_val, "train": quota}, p.seed)
+
+
+def _check_given(given: dict[str, Any], num_rows: int, where: str) -> dict[str, np.ndarray]:
+    """The dataset's own splits as int64 arrays, checked: known names, a train split, row ids
+    in range, no row in two splits."""
+    unknown = sorted(set(given) - set(SPLITS))
+    if unknown or "train" not in given:
+        raise DataValidationError(
+            f"{where}: splits names {sorted(given)}; expected 'train' and optionally 'val', 'test'"
+        )
+    out, seen = {}, np.zeros(num_rows, dtype=bool)
+    for name in SPLITS:
+        if name not in given:
+            continue
+        rows = np.asarray(given[name])
+        if rows.ndim != 1 or not (rows.size == 0 or np.issubdtype(rows.dtype, np.integer)):
+            raise DataValidationError(
+                f"{where}: splits[{name!r}] must be a 1-D integer array; got {rows.dtype} "
+                f"of shape {rows.shape}"
+            )
+        rows = rows.astype(np.int64, copy=False)
+        if rows.size and (rows.min() < 0 or rows.max() >= num_rows):
+            raise DataValidationError(
+                f"{where}: splits[{name!r}] has row ids outside [0, {num_rows})"
+            )
+        if seen[rows].any() or np.unique(rows).size != rows.size:
+            raise DataValidationError(f"{where}: splits[{name!r}] repeats a row or shares one")
+        seen[rows] = True
+        out[name] = np.sort(rows)
+    return out
+
+
+def split_given(
+    labels: np.ndarray,
+    num_classes: int,
+    given: dict[str, np.ndarray],
+    p: SubsampleParams,
+    where: str = "subsample",
+) -> dict[str, np.ndarray]:
+    """Row indices of each split (sorted) for a dataset with its own ``splits``, per the module
+    docstring. ``where`` names the dataset in errors."""
+    given = _check_given(given, labels.shape[0], where)
+    pool = given["train"]
+    pool_labels = labels[pool]
+    counts = np.bincount(pool_labels, minlength=num_classes)
+    none = np.zeros_like(counts)
+    n_test = none if "test" in given else _n_test(counts, p)
+    n_val = none if "val" in given else _n_val(counts, n_test, p)
+    remaining = counts - n_test
+    if p.profile == "natural":
+        quota = remaining - n_val
+    else:
+        quota = profile_quota(remaining, p)
+        n_val = np.minimum(n_val, remaining - quota)
+    _check_quota(quota, counts, p)
+    if "val" not in given and not n_val.any():
+        raise DataValidationError(
+            f"{where}: no validation rows: the dataset gives no val split and "
+            f"profile={p.profile!r}, imbalance_ratio={p.imbalance_ratio:g} trains on every "
+            "given training row; raise subsample.imbalance_ratio or use profile 'natural'"
+        )
+    segments = {"test": n_test, "train": quota, "val": n_val}
+    dealt = _deal(pool_labels, num_classes, segments, p.seed)
+    out = {name: pool[dealt[name]] for name in segments}
+    out.update((name, given[name]) for name in ("val", "test") if name in given)
+    return {name: out[name] for name in SPLITS}
 
 
 def _write_split(path: Path, rows: np.ndarray, labels: np.ndarray) -> None:
@@ -107,17 +205,46 @@ def read_meta(directory: Path) -> dict[str, Any]:
     return json.loads(require(directory / "meta.json", producer).read_text())
 
 
+def _labels(raw: RawData, where: str) -> np.ndarray:
+    """The single-label ids of ``raw``, checked; multi-label data is refused."""
+    if raw.multilabel:
+        raise DataValidationError(
+            f"{where}: multi-label labels ({raw.num_classes} labels); the pipeline trains "
+            "single-label only for now; XC datasets convert with dataset option "
+            "`single_label: true`"
+        )
+    labels = np.asarray(raw.labels)
+    if labels.ndim != 1 or not (labels.size == 0 or np.issubdtype(labels.dtype, np.integer)):
+        raise DataValidationError(
+            f"{where}: labels must be a 1-D integer array; got {labels.dtype} of shape "
+            f"{labels.shape}"
+        )
+    labels = labels.astype(np.int64, copy=False)
+    if labels.size and (labels.min() < 0 or labels.max() >= raw.num_classes):
+        raise DataValidationError(
+            f"{where}: label ids must lie in [0, {raw.num_classes}) (one per label name); got "
+            f"{int(labels.min())}..{int(labels.max())}"
+        )
+    return labels
+
+
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     dataset = registry.build("datasets", params.dataset, "dataset")
     raw = dataset.load(raw_dir(layout, params))
-    labels = np.asarray(raw.labels, dtype=np.int64)
-    rows = split_rows(labels, raw.num_classes, params.subsample)
+    where = f"dataset {params.dataset['name']!r}"
+    labels = _labels(raw, where)
+    if raw.splits is None:
+        rows = split_rows(labels, raw.num_classes, params.subsample)
+    else:
+        rows = split_given(labels, raw.num_classes, raw.splits, params.subsample, where)
     meta: dict[str, Any] = {
         "dataset": params.dataset,
         "subsample": {**params.subsample.__dict__},
         "num_classes": raw.num_classes,
         "label_names": list(raw.label_names),
     }
+    if raw.splits is not None:
+        meta["given_splits"] = sorted(raw.splits)
     with atomic_dir(layout.split) as tmp:
         for name in SPLITS:
             _write_split(tmp / f"{name}.parquet", rows[name], labels[rows[name]])

@@ -1,0 +1,259 @@
+"""The new data kinds through the real stages: a dataset's own splits, images and sparse inputs.
+
+Fake datasets are registered like any plugin (``make_registry(extra_plugins=...)``); the stages
+``download``, ``subsample`` and ``featurize`` run as ``dvc repro`` would run them, on a scratch
+layout.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from tailkit import hookimpl
+from tailkit.cache import KINDS, read_features
+from tailkit.components import RawData
+from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
+from tailkit.params import parse_params
+from tailkit.paths import Layout
+from tailkit.registry import make_registry
+from tailkit.stages import download, featurize, subsample
+
+CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
+
+
+class _Fake:
+    """Fetches a marker file; ``load`` builds its rows from the options alone."""
+
+    def fetch(self, dest: Path) -> None:
+        (dest / "fake.txt").write_text("fake\n")
+
+
+class TinyImages(_Fake):
+    """Tiny RGB images with a predefined train/test split (CIFAR's layout, shrunk)."""
+
+    def __init__(self, *, train_per_class: int = 12, test_per_class: int = 3) -> None:
+        self.train_per_class = train_per_class
+        self.test_per_class = test_per_class
+
+    def load(self, raw_dir: Path) -> RawData:
+        classes = 4
+        n_train = classes * self.train_per_class
+        labels = np.concatenate(
+            [np.arange(n_train) % classes, np.arange(classes * self.test_per_class) % classes]
+        )
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, size=(labels.size, 6, 5, 3), dtype=np.uint8)
+        splits = {"train": np.arange(n_train), "test": np.arange(n_train, labels.size)}
+        names = [f"c{i}" for i in range(classes)]
+        return RawData(images, labels.astype(np.int64), names, modality="image", splits=splits)
+
+
+class LabelsOnlyCifar(_Fake):
+    """CIFAR-10's labels and split sizes: 5,000 training and 1,000 test rows per class."""
+
+    def load(self, raw_dir: Path) -> RawData:
+        train, test = np.arange(50_000) % 10, np.arange(10_000) % 10
+        labels = np.concatenate([train, test]).astype(np.int64)
+        splits = {"train": np.arange(50_000), "test": np.arange(50_000, 60_000)}
+        inputs = np.zeros((60_000, 1), np.float32)
+        return RawData(inputs, labels, [f"c{i}" for i in range(10)], splits=splits)
+
+
+class TinyXC(_Fake):
+    """Bag-of-words counts over 40 words, the XC repository's trn/tst split; multi-label
+    (CSR) unless ``single_label``."""
+
+    def __init__(self, *, single_label: bool = True) -> None:
+        self.single_label = single_label
+
+    def load(self, raw_dir: Path) -> RawData:
+        rng = np.random.default_rng(1)
+        n, words, classes = 90, 40, 3
+        labels = np.arange(n) % classes
+        counts = rng.poisson(0.3, size=(n, words)).astype(np.float32)
+        counts[np.arange(n), labels * 5] += 3  # each class has its own words
+        inputs = sp.csr_matrix(counts)
+        splits = {"train": np.arange(60), "test": np.arange(60, n)}
+        names = [f"l{i}" for i in range(classes)]
+        if not self.single_label:
+            indicator = sp.csr_matrix((np.ones(n), (np.arange(n), labels)), shape=(n, classes))
+            return RawData(inputs, indicator, names, modality="sparse", splits=splits)
+        return RawData(inputs, labels, names, modality="sparse", splits=splits)
+
+
+class SparseIdentity:
+    """Keeps sparse inputs sparse (float32 CSR)."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("sparse",)
+    output: ClassVar[str] = "sparse"
+
+    def fit(self, inputs):
+        return self
+
+    def transform(self, inputs):
+        return sp.csr_matrix(inputs, dtype=np.float32)
+
+
+class LiesAboutOutput(SparseIdentity):
+    """Declares image output but returns a sparse matrix."""
+
+    output: ClassVar[str] = "image"
+
+
+def _plugin():
+    mod = types.SimpleNamespace()
+
+    @hookimpl
+    def register_datasets(register):
+        register("tiny-images", TinyImages)
+        register("labels-only-cifar", LabelsOnlyCifar)
+        register("tiny-xc", TinyXC)
+
+    @hookimpl
+    def register_featurizers(register):
+        register("sparse-identity", SparseIdentity)
+        register("lies-about-output", LiesAboutOutput)
+
+    mod.register_datasets = register_datasets
+    mod.register_featurizers = register_featurizers
+    return mod
+
+
+REGISTRY = make_registry(extra_plugins=[("test-data-path", _plugin())])
+
+
+def _params(dataset, featurize="identity", **subsample):
+    return parse_params(
+        {
+            "dataset": dataset,
+            "subsample": {"val_fraction": 0.25, **subsample},
+            "featurize": featurize,
+            "experiments": {
+                "softmax": {
+                    "loss": {"name": "softmax"},
+                    "sampler": "none",
+                    "optimizer": {"name": "adagrad", "lr": 0.1},
+                }
+            },
+        },
+        "test-params",
+    )
+
+
+def _prepare(tmp_path: Path, params) -> Layout:
+    layout = Layout(tmp_path)
+    download.run(params, layout, REGISTRY)
+    subsample.run(params, layout, REGISTRY)
+    return layout
+
+
+def test_images_end_to_end_keep_the_given_test_split(tmp_path: Path) -> None:
+    params = _params("tiny-images", "pixels", profile="exp", imbalance_ratio=4)
+    layout = _prepare(tmp_path, params)
+    raw = TinyImages().load(layout.raw)
+    split_meta = json.loads((layout.split / "meta.json").read_text())
+    assert split_meta["given_splits"] == ["test", "train"]
+    assert split_meta["train_counts"] == [12, 7, 4, 3]  # floor(12 · 4^(-r/3))
+    assert split_meta["test_counts"] == [3, 3, 3, 3]
+
+    meta = featurize.run(params, layout, REGISTRY)
+    assert (meta["kind"], meta["shape"], meta["dim"]) == ("image", [6, 5, 3], 90)
+    assert json.loads((layout.features / "meta.json").read_text())["kind"] == "image"
+    tables = {name: read_features(layout.features / f"{name}.parquet") for name in subsample.SPLITS}
+    np.testing.assert_array_equal(tables["test"].row_ids.numpy(), raw.splits["test"])
+    for name, table in tables.items():
+        assert table.kind == "image" and table.x.dtype == torch.uint8
+        assert table.shape == tuple(table.x.shape) == (table.num_rows, 6, 5, 3)
+        rows = table.row_ids.numpy()
+        np.testing.assert_array_equal(table.x.numpy(), raw.inputs[rows])
+        np.testing.assert_array_equal(table.labels.numpy(), raw.labels[rows])
+        assert table.metadata["split"] == name
+    # training and validation come from the given training rows only
+    for name in ("train", "val"):
+        assert np.isin(tables[name].row_ids.numpy(), raw.splits["train"]).all()
+
+
+def test_a_featurizer_that_does_not_take_the_modality_is_refused_before_fitting(
+    tmp_path: Path,
+) -> None:
+    params = _params("tiny-images", {"name": "rff", "dim": 8})
+    layout = _prepare(tmp_path, params)
+    with pytest.raises(InvalidParameterError) as info:
+        featurize.run(params, layout, REGISTRY)
+    message = str(info.value)
+    assert message.startswith("featurize.name: featurizer 'rff' accepts dense inputs")
+    assert "dataset 'tiny-images' is image" in message and "pixels" in message
+    assert "\n" not in message and not layout.features.exists()
+
+
+def test_cifar_lt_counts_through_the_subsample_stage(tmp_path: Path) -> None:
+    params = _params("labels-only-cifar", profile="exp", imbalance_ratio=100, val_fraction=0.1)
+    layout = _prepare(tmp_path, params)
+    meta = json.loads((layout.split / "meta.json").read_text())
+    assert meta["train_counts"] == CIFAR10_LT_100 and sum(meta["train_counts"]) == 12406
+    assert meta["test_counts"] == [1000] * 10
+    assert meta["val_counts"] == [0] + [500] * 9
+    test_rows, test_labels = subsample.read_split(layout.split, "test")
+    np.testing.assert_array_equal(test_rows, np.arange(50_000, 60_000))
+    np.testing.assert_array_equal(test_labels, np.arange(10_000) % 10)
+    train_rows, _ = subsample.read_split(layout.split, "train")
+    assert train_rows.size == 12406 and train_rows.max() < 50_000
+
+
+def test_sparse_inputs_through_tfidf_svd_into_the_dense_cache(tmp_path: Path) -> None:
+    params = _params("tiny-xc", {"name": "tfidf-svd", "dim": 8})
+    layout = _prepare(tmp_path, params)
+    meta = featurize.run(params, layout, REGISTRY)
+    assert (meta["kind"], meta["dim"]) == ("dense", 8)
+    test = read_features(layout.features / "test.parquet")
+    assert test.kind == "dense" and test.x.dtype == torch.float32
+    assert tuple(test.x.shape) == (30, 8)
+    np.testing.assert_array_equal(test.row_ids.numpy(), np.arange(60, 90))
+    assert torch.isfinite(test.x).all()
+
+
+def test_sparse_features_are_cached_as_idx_val_and_refused_by_dense_readers(
+    tmp_path: Path,
+) -> None:
+    params = _params("tiny-xc", "sparse-identity")
+    layout = _prepare(tmp_path, params)
+    meta = featurize.run(params, layout, REGISTRY)
+    assert (meta["kind"], meta["dim"]) == ("sparse", 40)
+    path = layout.features / "train.parquet"
+    raw = TinyXC().load(layout.raw)
+    table = read_features(path, kinds=KINDS)
+    rows = table.row_ids.numpy()
+    np.testing.assert_array_equal(table.x.to_dense().numpy(), raw.inputs[rows].toarray())
+    # train, evaluate and fit-sampler read with the default kinds: a clear one-line refusal
+    with pytest.raises(DataValidationError, match=r"holds sparse features.*tfidf-svd"):
+        read_features(path)
+
+
+def test_multi_label_data_is_refused_naming_the_converting_option(tmp_path: Path) -> None:
+    params = _params({"name": "tiny-xc", "single_label": False})
+    layout = Layout(tmp_path)
+    download.run(params, layout, REGISTRY)
+    with pytest.raises(DataValidationError) as info:
+        subsample.run(params, layout, REGISTRY)
+    message = str(info.value)
+    assert message.startswith("dataset 'tiny-xc': multi-label labels")
+    assert "single-label only" in message and "single_label: true" in message
+    assert "\n" not in message and not layout.split.exists()
+
+
+def test_a_featurizer_whose_output_is_not_what_it_declares_is_a_plugin_error(
+    tmp_path: Path,
+) -> None:
+    params = _params("tiny-xc", "lies-about-output")
+    layout = _prepare(tmp_path, params)
+    with pytest.raises(PluginError, match=r"declares output 'image'.*sparse matrix"):
+        featurize.run(params, layout, REGISTRY)
+    assert not layout.features.exists()
