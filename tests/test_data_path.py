@@ -24,7 +24,7 @@ from tailkit.errors import DataValidationError, InvalidParameterError, PluginErr
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.registry import make_registry
-from tailkit.stages import download, featurize, subsample
+from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
 
@@ -257,3 +257,45 @@ def test_a_featurizer_whose_output_is_not_what_it_declares_is_a_plugin_error(
     with pytest.raises(PluginError, match=r"declares output 'image'.*sparse matrix"):
         featurize.run(params, layout, REGISTRY)
     assert not layout.features.exists()
+
+
+def test_resnet32_trains_and_evaluates_on_cached_images_through_the_stages(tmp_path: Path):
+    """pixels → uint8 cache → train@ (resnet32, SGD momentum, warmup, augmentation) →
+    evaluate@: the image path of the CIFAR-LT recipe, a few CPU steps on non-square images."""
+    raw = parse_params(
+        {
+            "base": {"device": "cpu"},
+            "dataset": {"name": "tiny-images", "train_per_class": 40, "test_per_class": 10},
+            "subsample": {"val_fraction": 0.25},
+            "featurize": "pixels",
+            "train": {"epochs": 2, "batch_size": 16, "eval_every": 5, "val_rows": 32},
+            "evaluate": {"batch_size": 16},
+            "experiments": {
+                "ce": {
+                    "loss": {"name": "softmax"},
+                    "model": {"name": "resnet32"},
+                    "sampler": "none",
+                    "optimizer": {
+                        "name": "sgd",
+                        "lr": 0.05,
+                        "momentum": 0.9,
+                        "weight_decay": 2e-4,
+                        "schedule": {"name": "step", "warmup_epochs": 1, "milestones": [1]},
+                    },
+                }
+            },
+        },
+        "test-params",
+    )
+    layout = _prepare(tmp_path, raw)
+    meta = featurize.run(raw, layout, REGISTRY)
+    assert meta["kind"] == "image" and meta["shape"] == [6, 5, 3]
+    fit_sampler.run(raw, layout, REGISTRY)
+    summary = train.run(raw, layout, REGISTRY, "ce")
+    assert summary["steps"] > 0
+    # batches reach the model as uint8 (B, 6, 5, 3): it needs no shape from in_dim (= 90)
+    assert torch.load(layout.model("ce") / "model.pt", weights_only=False)["in_dim"] == 90
+    metrics = evaluate.run(raw, layout, REGISTRY, "ce")
+    assert metrics["test"]["rows"] == 40
+    assert 0.0 <= metrics["test"]["accuracy"] <= 1.0
+    assert metrics["plugins"]["model"].startswith("resnet32 (tailkit ")

@@ -73,7 +73,9 @@ def _ranking(preds: Predictions, labels: np.ndarray, counts: np.ndarray, dataset
     a, b = PROPENSITY_CONSTANTS.get(dataset, DEFAULT_PROPENSITY)
     q = inverse_propensity(counts, int(counts.sum()), a, b)
     csr = (np.arange(labels.shape[0] + 1), labels)
-    return ranking_metrics(preds.topk.cpu().numpy(), csr, len(counts), (1, 3, 5), q)
+    ranked = preds.topk.cpu().numpy()
+    ks = tuple(k for k in (1, 3, 5) if k <= ranked.shape[1])  # fewer than 5 classes: fewer k
+    return ranking_metrics(ranked, csr, len(counts), ks, q)
 
 
 def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
