@@ -43,7 +43,11 @@ def test_plugins_prints_json_of_builtin_plugins():
             "nway-mclass",
         ]
     )
-    assert sorted(plugins["tailkit.models"]["registered"]["models"]) == ["linear", "mlp"]
+    assert sorted(plugins["tailkit.models"]["registered"]["models"]) == [
+        "linear",
+        "mlp",
+        "resnet32",
+    ]
     assert plugins["tailkit.losses"]["distribution"] == "tailkit"
     assert plugins["tailkit.losses"]["version"]
 
