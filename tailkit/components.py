@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 import torch
 
 Modality = Literal["dense", "sparse", "image"]
+MODALITIES: tuple[str, ...] = get_args(Modality)
 
 
 @dataclass
@@ -74,11 +75,26 @@ class Dataset(Protocol):
 
 @runtime_checkable
 class Featurizer(Protocol):
-    """Maps raw inputs to float32 features; fitted on the training split only."""
+    """Maps raw inputs to features; fitted on the training split only.
+
+    Optional class attributes: ``accepts``, the RawData modalities it takes, and ``output``,
+    the kind it returns (``"dense"`` float32, ``"sparse"`` CSR, ``"image"`` uint8); both
+    default to dense (:func:`featurizer_accepts`, :func:`featurizer_output`).
+    """
 
     def fit(self, inputs: np.ndarray) -> Featurizer: ...
 
     def transform(self, inputs: np.ndarray) -> np.ndarray: ...
+
+
+def featurizer_accepts(featurizer: Any) -> Any:
+    """The modalities a featurizer (class or instance) declares it takes, as declared."""
+    return getattr(featurizer, "accepts", ("dense",))
+
+
+def featurizer_output(featurizer: Any) -> Any:
+    """The kind of features a featurizer (class or instance) declares it returns."""
+    return getattr(featurizer, "output", "dense")
 
 
 class Sampler:

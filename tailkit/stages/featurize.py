@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import KINDS, write_features
 from tailkit.checksum import params_hash
+from tailkit.components import featurizer_accepts, featurizer_output
 from tailkit.errors import InvalidParameterError, PluginError
 from tailkit.params import Params
 from tailkit.paths import Layout
@@ -30,18 +31,17 @@ from tailkit.stages.download import raw_dir
 from tailkit.stages.subsample import SPLITS, read_meta, read_split
 
 
-def accepts(factory: Any) -> tuple[str, ...]:
-    """The modalities a featurizer (class or instance) declares it takes."""
-    return tuple(getattr(factory, "accepts", ("dense",)))
-
-
 def check_modality(featurizer: Any, params: Params, modality: str, registry: Registry) -> None:
     """A one-line error when the featurizer does not take the dataset's modality, naming the
     featurizers that do."""
-    taken = accepts(featurizer)
+    taken = tuple(featurizer_accepts(featurizer))
     if modality in taken:
         return
-    fits = [c.name for c in registry.components("featurizers") if modality in accepts(c.factory)]
+    fits = [
+        c.name
+        for c in registry.components("featurizers")
+        if modality in featurizer_accepts(c.factory)
+    ]
     raise InvalidParameterError(
         f"featurize.name: featurizer {params.featurize['name']!r} accepts {', '.join(taken)} "
         f"inputs, but dataset {params.dataset['name']!r} is {modality}; featurizers for "
@@ -79,7 +79,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     dataset = registry.build("datasets", params.dataset, "dataset")
     featurizer = registry.build("featurizers", params.featurize, "featurize")
     name = params.featurize["name"]
-    output = getattr(featurizer, "output", "dense")
+    output = featurizer_output(featurizer)
     if output not in KINDS:
         raise PluginError(
             f"featurizer {name!r} declares output {output!r}; expected one of {KINDS}"

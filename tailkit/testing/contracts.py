@@ -35,6 +35,7 @@ import scipy.sparse as sp
 import torch
 
 from tailkit.components import (
+    MODALITIES,
     Dataset,
     Encoder,
     Featurizer,
@@ -43,6 +44,8 @@ from tailkit.components import (
     PredictionContext,
     RawData,
     Sampler,
+    featurizer_accepts,
+    featurizer_output,
 )
 from tailkit.errors import InvalidParameterError, TailkitError
 from tailkit.registry import KINDS, SINGULAR, Component, Registry, get_registry, make_registry
@@ -563,8 +566,6 @@ def check_sampler(factory: Callable[..., Any] | Component, /, **options: Any) ->
 
 # --- featurizers ------------------------------------------------------------------------------
 
-MODALITIES = ("dense", "sparse", "image")
-
 
 def _featurizer_inputs(modality: str, workdir: Path) -> list[tuple[str, Any]]:
     """(what, inputs): 40 rows of ``modality``, as a dataset's ``load`` returns them."""
@@ -658,8 +659,8 @@ def check_featurizer(factory: Callable[..., Any] | Component, /, **options: Any)
     factory, label = _resolve(factory, "featurizer")
     probe = _build(factory, label, options)
     _expect(isinstance(probe, Featurizer), label, "built an object without fit and transform")
-    accepts = getattr(probe, "accepts", ("dense",))
-    output = getattr(probe, "output", "dense")
+    accepts = featurizer_accepts(probe)
+    output = featurizer_output(probe)
     _expect(
         isinstance(accepts, tuple) and accepts and set(accepts) <= set(MODALITIES),
         label,
