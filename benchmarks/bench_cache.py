@@ -34,13 +34,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_step import StepCase
 
 
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def elapsed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
 def load_rates(rows: int, dim: int, repeats: int) -> None:
@@ -62,8 +59,8 @@ def load_rates(rows: int, dim: int, repeats: int) -> None:
         assert torch.equal(from_parquet(), from_memmap())
         times: dict[str, list[float]] = {"parquet": [], "memmap": []}
         for _ in range(repeats):  # interleaved: drift hits both alike
-            times["parquet"].append(median_time(from_parquet, 1))
-            times["memmap"].append(median_time(from_memmap, 1))
+            times["parquet"].append(elapsed(from_parquet))
+            times["memmap"].append(elapsed(from_memmap))
         p, m = (statistics.median(times[k]) for k in ("parquet", "memmap"))
         print(
             f"load {rows:,} × {dim} float32 ({gb:.2f} GB; Parquet file "
@@ -88,7 +85,7 @@ def batch_rate(x: torch.Tensor, y: torch.Tensor, batch: int, seconds: float = 1.
 
 def step_rate(case: StepCase, batch: int, repeats: int) -> float:
     case.step()  # warm-up
-    return batch / median_time(case.step, repeats)
+    return batch / statistics.median(elapsed(case.step) for _ in range(repeats))
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ class Run:
     """One experiment's metrics and settings, and where they came from."""
 
     experiment: str  # the key in params.experiments
-    source: str  # "" for the workspace or baseline commit, else the DVC experiment's name
+    source: str  # "": the summary's or a baseline commit's rows; else an exp's name or "workspace"
     params: Params
     metrics: dict[str, Any]
 

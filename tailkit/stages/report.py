@@ -117,12 +117,12 @@ class Report:
 def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
     meta = read_meta(layout.features)
     counts = meta["train_counts"]
-    runs = workspace_runs(params, layout)
     header = (
         f"# tailkit summary: {meta['dataset']['name']}\n\n"
         f"{meta['num_classes']:,} classes, {sum(counts):,} training rows.\n"
     )
     if not include_exps:
+        runs = workspace_runs(params, layout)
         data = write_plot_data(runs, layout)
         write_figures(data, layout)
         figure_links = "\n".join(
@@ -139,7 +139,9 @@ def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
         )
         out, n_studies = layout.report, 1
     else:
-        studies = group_studies(exp_runs(dvc_exp_show(layout.root)) or runs)
+        # exp show holds the workspace too; read its metrics files only when it has nothing
+        runs = exp_runs(dvc_exp_show(layout.root)) or workspace_runs(params, layout)
+        studies = group_studies(runs)
         sections = []
         for study_runs in studies.values():
             exps = sorted({r.source for r in study_runs if r.source})
