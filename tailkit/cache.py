@@ -4,7 +4,9 @@ Layout of a feature file (one Parquet file, written atomically):
 
 * ``row_id`` int64: the row's index in the dataset's :class:`~tailkit.components.RawData`, so a
   split can always be traced back to its raw rows;
-* ``label`` int64: the label id;
+* ``label`` int64: the label id; for multi-label data ``list<int32>``, the row's sorted label
+  ids (possibly none), read back as a :class:`~tailkit.labels.LabelSets`; the metadata then holds
+  ``multilabel`` = true and ``num_classes``;
 * the features, in one of three kinds (``FeatureTable.kind``):
 
   - ``dense``: ``x`` ``fixed_size_list<float32, D>``, the feature vector. One list column, not
@@ -63,6 +65,7 @@ import torch
 
 from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
+from tailkit.labels import LabelSets
 
 METADATA_KEY = b"tailkit"
 ROW_GROUP_SIZE = 65_536
@@ -86,12 +89,12 @@ class FeatureTable:
     ``x`` by :attr:`kind`: (N, D) float32 (``dense``), (N, H, W, 3) uint8 (``image``), both
     sharing memory with the Arrow buffers in ``arrow`` (read-only in spirit: clone before
     modifying in place), or an (N, D) ``torch.sparse_csr_tensor`` of float32 with int32
-    indices (``sparse``). ``labels`` and ``row_ids`` are (N,) int64. Columns not requested are
-    ``None``. ``metadata`` is the JSON stored at write time, with ``dim`` and ``num_rows``.
+    indices (``sparse``). ``labels`` are (N,) int64, or :class:`LabelSets` for multi-label
+    data; ``row_ids`` are (N,) int64. Columns not requested are ``None``. ``metadata`` is the JSON stored at write time, with ``dim`` and ``num_rows``.
     """
 
     x: torch.Tensor | None
-    labels: torch.Tensor | None
+    labels: torch.Tensor | LabelSets | None
     row_ids: torch.Tensor | None
     metadata: dict[str, Any]
     # The Arrow table the tensors view; kept so the buffers' owner is explicit and so tabular
@@ -175,7 +178,7 @@ def _feature_columns(path: Path, x: Any, kind: FeatureKind) -> tuple[dict[str, p
 def write_features(
     path: str | Path,
     x: np.ndarray | sp.csr_matrix,
-    labels: np.ndarray,
+    labels: np.ndarray | LabelSets,
     row_ids: np.ndarray,
     metadata: Mapping[str, Any],
 ) -> None:
@@ -183,7 +186,8 @@ def write_features(
 
     ``x`` is (N, D) float32 (dense), (N, H, W, 3) uint8 (image) or an (N, D) float32 CSR
     matrix (sparse); any other dtype, a float64 array say, is refused rather than silently
-    converted. ``labels`` and ``row_ids`` are (N,) integer arrays, stored as int64.
+    converted. ``labels`` is an (N,) integer array (stored as int64) or :class:`LabelSets`
+    (stored as ``list<int32>``); ``row_ids`` an (N,) integer array, stored as int64.
     ``metadata`` must be JSON-serialisable; the keys ``dim``, ``num_rows`` (and ``kind``,
     ``shape``, ``nnz`` where they apply) are set here and must agree if given.
     """
@@ -192,8 +196,17 @@ def write_features(
     n = x.shape[0]
     if min(x.shape[1:]) < 1:
         raise ValueError(f"{path}: x must have at least one feature column; got shape {x.shape}")
-    columns = {}
+    columns, facts = {}, {}
+    if isinstance(labels, LabelSets):
+        if len(labels) != n:
+            raise ValueError(f"{path}: label has {len(labels)} rows; x has {n}")
+        offsets = pa.array(labels.indptr.numpy().astype(np.int32))
+        ids = pa.array(labels.indices.numpy().astype(np.int32))
+        columns["label"] = pa.ListArray.from_arrays(offsets, ids, type=_list_type(pa.int32()))
+        facts = {"multilabel": True, "num_classes": labels.num_classes}
     for name, values in (("label", labels), ("row_id", row_ids)):
+        if name in columns:
+            continue
         values = np.asarray(values)
         if values.shape != (n,) or not np.issubdtype(values.dtype, np.integer):
             raise ValueError(
@@ -201,7 +214,8 @@ def write_features(
                 f"of shape {values.shape}"
             )
         columns[name] = pa.array(values.astype(np.int64, copy=False))
-    features, facts = _feature_columns(path, x, kind)
+    features, feature_facts = _feature_columns(path, x, kind)
+    facts.update(feature_facts)
     meta = dict(metadata)
     for key, value in (*facts.items(), ("num_rows", n)):
         if key in meta and meta[key] != value:
@@ -224,8 +238,8 @@ def write_features(
             table,
             tmp,
             compression="zstd",
-            use_dictionary=["label"],
-            write_statistics=["row_id", "label"],
+            use_dictionary=["label"] if "multilabel" not in facts else False,
+            write_statistics=["row_id"] if "multilabel" in facts else ["row_id", "label"],
             row_group_size=ROW_GROUP_SIZE,
             **encoding,
         )
@@ -293,8 +307,9 @@ def _single_array(column: pa.ChunkedArray) -> pa.Array:
     return column.combine_chunks()
 
 
-def _expected_types(kind: FeatureKind, dim: int) -> dict[str, pa.DataType]:
-    types = {"row_id": pa.int64(), "label": pa.int64()}
+def _expected_types(kind: FeatureKind, dim: int, multilabel: bool) -> dict[str, pa.DataType]:
+    label = _list_type(pa.int32()) if multilabel else pa.int64()
+    types = {"row_id": pa.int64(), "label": label}
     if kind == "sparse":
         return {**types, "idx": _list_type(pa.int32()), "val": _list_type(pa.float32())}
     value = pa.uint8() if kind == "image" else pa.float32()
@@ -347,6 +362,19 @@ def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, n: int, dim: int) 
         )
 
 
+def _label_sets(path: Path, column: pa.ListArray, meta: dict[str, Any]) -> LabelSets:
+    offsets = column.offsets.to_numpy(zero_copy_only=True).astype(np.int64)
+    if offsets.size == 0:  # an empty list array may have no offsets at all
+        offsets = np.zeros(1, dtype=np.int64)
+    ids = _values(path, "label", column).astype(np.int64)
+    try:
+        return LabelSets(
+            torch.from_numpy(offsets - offsets[0]), torch.from_numpy(ids), int(meta["num_classes"])
+        )
+    except (KeyError, ValueError) as exc:
+        raise DataValidationError(f"{path}: bad multi-label column 'label' ({exc})") from exc
+
+
 def read_features(
     path: str | Path,
     columns: Iterable[str] | None = None,
@@ -377,7 +405,8 @@ def read_features(
             "features for now; choose a featurizer with dense output (tfidf-svd for sparse "
             "inputs)"
         )
-    expected = _expected_types(kind, dim)
+    multilabel = bool(meta.get("multilabel", False))
+    expected = _expected_types(kind, dim, multilabel)
     stored = [c for c in expected if c in wanted or (c in ("idx", "val") and "x" in wanted)]
     for name in stored:
         idx = schema.get_field_index(name)
@@ -403,8 +432,10 @@ def read_features(
         arrays[name] = _single_array(column)
     out: dict[str, torch.Tensor | None] = dict.fromkeys(COLUMNS)
     for name in ("row_id", "label"):
-        if name in arrays:
+        if name in arrays and not (name == "label" and multilabel):
             out[name] = _as_tensor(arrays[name].to_numpy(zero_copy_only=True))
+    if multilabel and "label" in arrays:
+        out["label"] = _label_sets(path, arrays["label"], meta)
     if kind == "sparse" and "x" in wanted:
         out["x"] = _sparse(path, arrays["idx"], arrays["val"], n, dim)
     elif "x" in wanted:

@@ -207,6 +207,11 @@ class Loss(torch.nn.Module):
     """
 
     mode: ClassVar[Literal["full", "sampled"]] = "full"
+    #: True for a full-mode loss that takes multi-label rows: ``batch.labels`` is then (B, k)
+    #: label ids padded with −1 (a row may have none). A sampled loss needs no such flag: the
+    #: core hands it a multi-label batch as its (row, positive) pairs, every label of a row
+    #: masked as an accidental hit (:mod:`tailkit.labels`).
+    multilabel: ClassVar[bool] = False
     #: s of cosine logits s·cos(Φ(x), w_y) from a row-normalised output layer without bias
     #: (LDAM); None for the usual dot products plus bias. The core reads it (on the instance)
     #: when it builds the output layer, for training and for evaluation alike.

@@ -237,16 +237,13 @@ def test_sparse_features_are_cached_as_idx_val_and_refused_by_dense_readers(
         read_features(path)
 
 
-def test_multi_label_data_is_refused_naming_the_converting_option(tmp_path: Path) -> None:
-    params = _params({"name": "tiny-xc", "single_label": False})
-    layout = Layout(tmp_path)
-    download.run(params, layout, REGISTRY)
-    with pytest.raises(DataValidationError) as info:
-        subsample.run(params, layout, REGISTRY)
-    message = str(info.value)
-    assert message.startswith("dataset 'tiny-xc': multi-label labels")
-    assert "single-label only" in message and "single_label: true" in message
-    assert "\n" not in message and not layout.split.exists()
+def test_multi_label_rows_keep_their_label_sets_through_featurize(tmp_path: Path) -> None:
+    params = _params({"name": "tiny-xc", "single_label": False}, "tfidf-svd")
+    layout = _prepare(tmp_path, params)
+    featurize.run(params, layout, REGISTRY)
+    test = read_features(layout.features / "test.parquet")
+    assert test.labels.indices.tolist() == (np.arange(60, 90) % 3).tolist()
+    assert test.labels.sizes.tolist() == [1] * 30
 
 
 def test_a_featurizer_whose_output_is_not_what_it_declares_is_a_plugin_error(

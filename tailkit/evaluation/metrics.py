@@ -135,6 +135,13 @@ PROPENSITY_CONSTANTS: dict[str, tuple[float, float]] = {
 DEFAULT_PROPENSITY = (0.55, 1.5)
 
 
+def propensity_constants(dataset: str) -> tuple[float, float]:
+    """(A, B) for a dataset named as the repository spells it or as its tailkit plugin is
+    (``wikilshtc-325k``); the default (0.55, 1.5) for any other."""
+    by_lower = {name.lower(): ab for name, ab in PROPENSITY_CONSTANTS.items()}
+    return by_lower.get(dataset.lower(), DEFAULT_PROPENSITY)
+
+
 def inverse_propensity(
     train_counts: np.ndarray, num_train: int, a: float = 0.55, b: float = 1.5
 ) -> np.ndarray:

@@ -50,11 +50,13 @@ class _Accumulator:
         self.lse = torch.full((rows,), float("-inf"), device=device)
         self.true_score = torch.full((rows,), float("-inf"), device=device)
 
-    def add(self, scores: torch.Tensor, start: int, labels: torch.Tensor) -> None:
+    def add(self, scores: torch.Tensor, start: int, labels: torch.Tensor | None) -> None:
         self.top_scores, self.top_ids = merge_topk(
             self.top_scores, self.top_ids, scores, start, self.top_scores.shape[1]
         )
         self.lse = torch.logaddexp(self.lse, torch.logsumexp(scores, dim=1))
+        if labels is None:
+            return
         local = labels - start
         inside = (local >= 0) & (local < scores.shape[1])
         if inside.any():
@@ -72,13 +74,17 @@ def predict(
     loss: Loss,
     ctx: PredictionContext,
     x: torch.Tensor,
-    labels: torch.Tensor,
+    labels: torch.Tensor | None,
     *,
     k: int = 5,
     batch_size: int = 2048,
     label_chunk: int = 65536,
 ) -> tuple[Predictions, Predictions | None]:
-    """Adjusted predictions, and unadjusted ones when the loss adjusts scores (else None)."""
+    """Adjusted predictions, and unadjusted ones when the loss adjusts scores (else None).
+
+    ``labels`` (N,) fill ``true_score``; multi-label rows have no single true label, so they
+    pass None and ``true_score`` stays −inf.
+    """
     device = layer.weight.device
     n, num_classes = x.shape[0], layer.num_classes
     k = min(k, num_classes)
@@ -87,7 +93,7 @@ def predict(
     encoder.eval()
     for lo in range(0, n, batch_size):
         xb = x[lo : lo + batch_size].to(device, non_blocking=True)
-        yb = labels[lo : lo + batch_size].to(device)
+        yb = None if labels is None else labels[lo : lo + batch_size].to(device)
         z = encoder(xb)
         block = slice(lo, lo + xb.shape[0])
         acc_adj = _Accumulator(xb.shape[0], k, device)

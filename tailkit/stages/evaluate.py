@@ -13,6 +13,15 @@ per group over at most ``evaluate.diameter_rows`` test rows of each class; the t
 every class against its training count in ``plots/classes/<experiment>.tsv``. Under ``ranking``,
 the Extreme Classification Repository's metrics of the top-5 ranking (P@k, nDCG@k, PSP@k,
 PSnDCG@k, R@k, coverage@k for k = 1, 3, 5; for single-label rows P@1 = R@1 = accuracy).
+
+Multi-label test rows (the XC datasets) have no single true label, so there is no accuracy,
+log-likelihood, margin or class diameter; ``test`` holds instead P@k and PSP@k (k = 1, 3, 5),
+the macro-averaged per-label recall of the top-k ranking (k = ``evaluate.top_k``; the
+multi-label counterpart of balanced accuracy: with one label per row, recall@1 of a class is
+its accuracy) over all labels and per many/medium/few group (groups by the rows carrying the
+label in training), and the ECE of the top-1 prediction being one of the row's labels. The
+per-class file's ``accuracy`` column is then that label's recall@k. Propensities use the number
+of training rows as N.
 """
 
 from __future__ import annotations
@@ -30,16 +39,17 @@ from tailkit.components import Loss, PredictionContext
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
 from tailkit.evaluation.metrics import (
     CDF_POINTS,
-    DEFAULT_PROPENSITY,
-    PROPENSITY_CONSTANTS,
     classification_metrics,
     expected_calibration_error,
     inverse_propensity,
     margin_summary,
     per_class_recall,
+    propensity_constants,
     ranking_metrics,
+    shot_groups,
 )
 from tailkit.evaluation.predict import Predictions, predict
+from tailkit.labels import LabelSets
 from tailkit.params import Params
 from tailkit.paths import Layout, require
 from tailkit.registry import Registry
@@ -67,15 +77,56 @@ def _metrics(
     return out
 
 
-def _ranking(preds: Predictions, labels: np.ndarray, counts: np.ndarray, dataset: str):
+def _ranking(
+    preds: Predictions, labels: np.ndarray | LabelSets, counts: np.ndarray, meta: dict[str, Any]
+):
     """The XC repository's P@k, nDCG@k, PSP@k, PSnDCG@k, R@k, coverage@k (k = 1, 3, 5) of the
     top-5 ranking; propensities from the training counts with the dataset's (A, B)."""
-    a, b = PROPENSITY_CONSTANTS.get(dataset, DEFAULT_PROPENSITY)
-    q = inverse_propensity(counts, int(counts.sum()), a, b)
-    csr = (np.arange(labels.shape[0] + 1), labels)
+    a, b = propensity_constants(meta["dataset"]["name"])
+    if isinstance(labels, LabelSets):
+        csr, num_train = labels.csr_pair(), int(meta["train_rows"])
+    else:
+        csr, num_train = (np.arange(labels.shape[0] + 1), labels), int(counts.sum())
+    q = inverse_propensity(counts, num_train, a, b)
     ranked = preds.topk.cpu().numpy()
     ks = tuple(k for k in (1, 3, 5) if k <= ranked.shape[1])  # fewer than 5 classes: fewer k
     return ranking_metrics(ranked, csr, len(counts), ks, q)
+
+
+def label_recall(ranked: np.ndarray, labels: LabelSets) -> tuple[np.ndarray, np.ndarray]:
+    """Per label: the share of its test rows whose ``ranked`` labels (N, k) include it (NaN
+    for a label without test rows), and its test rows."""
+    rows, ids = (t.numpy() for t in labels.pairs())
+    found = (ranked[rows] == ids[:, None]).any(axis=1)
+    support = labels.counts()
+    hits = np.bincount(ids[found], minlength=labels.num_classes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return hits / support, support
+
+
+def _multilabel_metrics(
+    preds: Predictions, labels: LabelSets, counts: np.ndarray, ranking: dict[str, float], loss
+) -> dict[str, Any]:
+    ranked = preds.topk.cpu().numpy()
+    recall, support = label_recall(ranked, labels)
+    present = support > 0
+    k = ranked.shape[1]
+    out: dict[str, Any] = {"rows": len(labels)}
+    out.update((key, ranking[key]) for key in ranking if key.split("@")[0] in ("P", "PSP"))
+    out[f"macro_recall@{k}"] = float(recall[present].mean()) if present.any() else None
+    for group, mask in shot_groups(counts).items():
+        chosen = recall[mask & present]
+        out[group] = float(chosen.mean()) if chosen.size else None
+        out[f"{group}_classes"] = int((mask & present).sum())
+    confidence = loss.confidence(preds.top_scores[:, 0], preds.log_partition)
+    top1 = torch.from_numpy(ranked[:, :1])
+    correct = labels.contains(torch.arange(len(labels)), top1).squeeze(1).numpy()
+    out["ece"] = (
+        None
+        if confidence is None
+        else expected_calibration_error(confidence.double().cpu().numpy(), correct)
+    )
+    return out
 
 
 def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
@@ -85,10 +136,9 @@ def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
             (tmp / f"margins-{group}.tsv").write_text("margin\tcdf\n" + rows)
 
 
-def _write_class_accuracy(path: Path, labels: np.ndarray, top1: np.ndarray, counts: np.ndarray):
+def _write_class_accuracy(path: Path, recall: np.ndarray, support: np.ndarray, counts: np.ndarray):
     """Test accuracy of every class that has test rows, beside its training count: the data of
     the accuracy-against-frequency plot, which shows where in the tail a method gains or loses."""
-    recall, support = per_class_recall(labels, top1, len(counts))
     present = np.flatnonzero(support > 0)
     rows = "".join(f"{c}\t{counts[c]}\t{support[c]}\t{recall[c]:.4f}\n" for c in present.tolist())
     with atomic_path(path) as tmp:
@@ -114,26 +164,43 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     ctx = PredictionContext(log_prior=log_prior_from_counts(counts).to(device), sampler=sampler)
 
     test = read_features(layout.features / "test.parquet")
+    multilabel = isinstance(test.labels, LabelSets)
     adjusted, raw = predict(
         encoder,
         layer,
         loss,
         ctx,
         test.x,
-        test.labels,
+        None if multilabel else test.labels,
         k=params.evaluate.top_k,
         batch_size=params.evaluate.batch_size,
         label_chunk=params.evaluate.label_chunk,
     )
-    labels = test.labels.numpy()
     train_summary = json.loads((model_dir / "train.json").read_text())
+    if isinstance(test.labels, LabelSets):
+        ranking = _ranking(adjusted, test.labels, counts, meta)
+        metrics = {
+            "test": _multilabel_metrics(adjusted, test.labels, counts, ranking, loss),
+            "ranking": ranking,
+            "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
+            "plugins": train_summary.get("plugins", {}),
+        }
+        if raw is not None:
+            metrics["uncorrected"] = _multilabel_metrics(
+                raw, test.labels, counts, _ranking(raw, test.labels, counts, meta), loss
+            )
+        recall, support = label_recall(adjusted.topk.cpu().numpy(), test.labels)
+        _write_class_accuracy(layout.class_plot(experiment), recall, support, counts)
+        write_json(layout.metrics(experiment), metrics)
+        return metrics
+    labels = test.labels.numpy()
     margins, cdfs = margin_summary(adjusted.margins(test.labels).cpu().numpy(), labels, counts)
     picked = pick_rows(labels, params.evaluate.diameter_rows, seed=params.base.seed)
     z = embed(encoder, test.x[torch.from_numpy(picked)], device)
     diameters = class_diameters(z, labels[picked], len(counts))
     metrics: dict[str, Any] = {
         "test": _metrics(adjusted, labels, counts, loss),
-        "ranking": _ranking(adjusted, labels, counts, params.dataset["name"]),
+        "ranking": _ranking(adjusted, labels, counts, meta),
         "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
         "margins": margins,
         "intra_class_distance": diameter_summary(diameters, counts),
@@ -142,8 +209,7 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     if raw is not None:
         metrics["uncorrected"] = _metrics(raw, labels, counts, loss)
     _write_margin_cdfs(layout.eval_plots(experiment), cdfs)
-    _write_class_accuracy(
-        layout.class_plot(experiment), labels, adjusted.topk[:, 0].cpu().numpy(), counts
-    )
+    recall, support = per_class_recall(labels, adjusted.topk[:, 0].cpu().numpy(), len(counts))
+    _write_class_accuracy(layout.class_plot(experiment), recall, support, counts)
     write_json(layout.metrics(experiment), metrics)
     return metrics

@@ -6,6 +6,10 @@ its own sampler directory. ``metrics/sampler.json`` records, per sampler, the fi
 mean log q(y|x) of the true labels on the training and validation splits (log-likelihood per
 example), plus whatever the sampler's ``fit_report()`` adds (the tree: depth, k, split rule,
 PCA and tree-fit seconds, discrete rounds and Newton steps).
+
+Multi-label rows are fitted as their (row, label) pairs, the pick-all-labels reduction training
+uses (:mod:`tailkit.labels`): a label's unigram count is the rows carrying it, and a conditional
+sampler sees a row's features once per label (an unconditional one gets no features at all).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import read_features
 from tailkit.components import Sampler
 from tailkit.errors import DataValidationError
+from tailkit.labels import LabelSets
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout, require
 from tailkit.progress import each
@@ -27,12 +32,33 @@ from tailkit.registry import Registry
 from tailkit.stages.subsample import read_meta
 
 
-def mean_log_prob(sampler: Sampler, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536) -> float:
+def _pairs(labels: torch.Tensor | LabelSets) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The row of each (row, label) pair (None for single-label data) and the labels (P,)."""
+    if isinstance(labels, LabelSets):
+        return labels.pairs()
+    return None, labels
+
+
+def mean_log_prob(
+    sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, chunk: int = 65536
+) -> float:
+    """Mean log q of the true labels, per example (per (row, label) pair for multi-label)."""
+    rows, y = _pairs(labels)
     total = 0.0
     for lo in range(0, y.shape[0], chunk):
-        lp = sampler.log_prob(x[lo : lo + chunk], y[lo : lo + chunk].unsqueeze(1))
+        part = slice(lo, lo + chunk)
+        xs = x[part] if rows is None else x.index_select(0, rows[part])
+        lp = sampler.log_prob(xs, y[part].unsqueeze(1))
         total += float(lp.double().sum())
     return total / max(y.shape[0], 1)
+
+
+def fit(sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, num_classes: int):
+    """``sampler.fit`` on the training split, multi-label rows as pairs (module docstring)."""
+    rows, y = _pairs(labels)
+    if rows is not None:
+        x = x.index_select(0, rows) if sampler.conditional else None
+    sampler.fit(x, y, num_classes)
 
 
 def load_sampler(
@@ -62,7 +88,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         for key, sampler in each(samplers.items(), "fit-sampler", unit="sampler"):
             start = time.perf_counter()
             try:
-                sampler.fit(train.x, train.labels, meta["num_classes"])
+                fit(sampler, train.x, train.labels, meta["num_classes"])
             except (ValueError, TypeError) as exc:
                 raise DataValidationError(f"samplers.{key}: fit failed: {exc}") from exc
             fit_seconds = time.perf_counter() - start

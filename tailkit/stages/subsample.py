@@ -23,8 +23,11 @@ set), so the profile's counts stay the recipe's; a class the profile uses up ent
 largest, under ``exp``) has no validation rows. ``natural`` leaves nothing out, so there the
 validation rows come first and the rest is trained on, as without given splits.
 
-Labels must be single-label: multi-label (CSR) labels are refused with the dataset option
-that converts them.
+Multi-label rows (an XC dataset's label sets) have no single class to stratify or to cap by, so
+they take the ``natural`` profile only: the given splits are kept, and a missing test or val
+split is a seeded random ``test_fraction`` / ``val_fraction`` of the given training rows. Their
+split files hold ``label`` as ``list<int32>``; ``<split>_counts`` are then the rows carrying
+each label, and ``<split>_rows`` the rows (the N of the propensity model).
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
+from tailkit.labels import LabelSets
 from tailkit.params import Params, SubsampleParams
 from tailkit.paths import Layout, require
 from tailkit.registry import Registry
@@ -189,14 +194,54 @@ def split_given(
     return {name: out[name] for name in SPLITS}
 
 
-def _write_split(path: Path, rows: np.ndarray, labels: np.ndarray) -> None:
-    table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": pa.array(labels, pa.int64())})
+def split_multilabel(
+    num_rows: int, given: dict[str, np.ndarray] | None, p: SubsampleParams, where: str
+) -> dict[str, np.ndarray]:
+    """Row indices of each split (sorted) for multi-label rows, per the module docstring."""
+    if p.profile != "natural" or p.balanced_test:
+        setting = f"profile={p.profile!r}" if p.profile != "natural" else "balanced_test=true"
+        raise DataValidationError(
+            f"{where}: multi-label rows have no single class to draw by, so subsample "
+            f"{setting} does not apply; use profile 'natural' (and balanced_test false), or "
+            "dataset option `single_label: true` for a single-label long-tail profile"
+        )
+    given = _check_given(given or {"train": np.arange(num_rows)}, num_rows, where)
+    pool = np.random.default_rng(p.seed).permutation(given["train"])
+    out = dict(given)
+    for name, fraction in (("test", p.test_fraction), ("val", p.val_fraction)):
+        if name not in given:
+            take = min(int(_round_half_up(np.array(pool.size * fraction))), max(pool.size - 1, 0))
+            out[name], pool = np.sort(pool[:take]), pool[take:]
+    out["train"] = np.sort(pool)
+    if out["val"].size == 0:
+        raise DataValidationError(f"{where}: no validation rows; raise subsample.val_fraction")
+    return {name: out[name] for name in SPLITS}
+
+
+def _write_split(path: Path, rows: np.ndarray, labels: np.ndarray | LabelSets) -> None:
+    if isinstance(labels, LabelSets):
+        offsets = pa.array(labels.indptr.numpy().astype(np.int32))
+        ids = pa.array(labels.indices.numpy().astype(np.int32))
+        column = pa.ListArray.from_arrays(offsets, ids)
+    else:
+        column = pa.array(labels, pa.int64())
+    table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": column})
     pq.write_table(table, path, compression="zstd")
 
 
-def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray | LabelSets]:
+    """Row ids and labels of a split: (N,) int64 ids, or :class:`LabelSets` for multi-label."""
     table = pq.read_table(split_dir / f"{name}.parquet")
-    return table["row_id"].to_numpy(), table["label"].to_numpy()
+    column = table["label"].combine_chunks()
+    if pa.types.is_list(column.type):
+        meta = read_meta(split_dir)
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        ids = column.flatten().to_numpy().astype(np.int64)
+        labels = LabelSets(
+            torch.from_numpy(offsets - offsets[0]), torch.from_numpy(ids), meta["num_classes"]
+        )
+        return table["row_id"].to_numpy(), labels
+    return table["row_id"].to_numpy(), column.to_numpy()
 
 
 def read_meta(directory: Path) -> dict[str, Any]:
@@ -205,14 +250,13 @@ def read_meta(directory: Path) -> dict[str, Any]:
     return json.loads(require(directory / "meta.json", producer).read_text())
 
 
-def _labels(raw: RawData, where: str) -> np.ndarray:
-    """The single-label ids of ``raw``, checked; multi-label data is refused."""
+def _labels(raw: RawData, where: str) -> np.ndarray | LabelSets:
+    """The labels of ``raw``, checked: (N,) int64 ids, or :class:`LabelSets`."""
     if raw.multilabel:
-        raise DataValidationError(
-            f"{where}: multi-label labels ({raw.num_classes} labels); the pipeline trains "
-            "single-label only for now; XC datasets convert with dataset option "
-            "`single_label: true`"
-        )
+        try:
+            return LabelSets.from_csr(raw.labels, raw.num_classes)
+        except (ValueError, TypeError) as exc:
+            raise DataValidationError(f"{where}: multi-label labels: {exc}") from exc
     labels = np.asarray(raw.labels)
     if labels.ndim != 1 or not (labels.size == 0 or np.issubdtype(labels.dtype, np.integer)):
         raise DataValidationError(
@@ -233,7 +277,9 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     raw = dataset.load(raw_dir(layout, params))
     where = f"dataset {params.dataset['name']!r}"
     labels = _labels(raw, where)
-    if raw.splits is None:
+    if isinstance(labels, LabelSets):
+        rows = split_multilabel(len(labels), raw.splits, params.subsample, where)
+    elif raw.splits is None:
         rows = split_rows(labels, raw.num_classes, params.subsample)
     else:
         rows = split_given(labels, raw.num_classes, raw.splits, params.subsample, where)
@@ -245,11 +291,16 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     }
     if raw.splits is not None:
         meta["given_splits"] = sorted(raw.splits)
+    if isinstance(labels, LabelSets):
+        meta["multilabel"] = True
     with atomic_dir(layout.split) as tmp:
         for name in SPLITS:
-            _write_split(tmp / f"{name}.parquet", rows[name], labels[rows[name]])
-            meta[f"{name}_counts"] = np.bincount(
-                labels[rows[name]], minlength=raw.num_classes
-            ).tolist()
+            chosen = labels[rows[name]]
+            _write_split(tmp / f"{name}.parquet", rows[name], chosen)
+            if isinstance(chosen, LabelSets):
+                meta[f"{name}_counts"] = chosen.counts().tolist()
+                meta[f"{name}_rows"] = len(chosen)
+            else:
+                meta[f"{name}_counts"] = np.bincount(chosen, minlength=raw.num_classes).tolist()
         write_json(tmp / "meta.json", meta)
     return meta

@@ -66,6 +66,24 @@ def build_objective(params: Params, experiment: str, registry: Registry):
     return loss, optimizer
 
 
+def check_labels(loss, params: Params, experiment: str, meta: dict, registry: Registry) -> None:
+    """A one-line error when a full-mode loss that takes one label per row meets multi-label
+    data, naming the losses that take it (sampled losses all do, as (row, positive) pairs)."""
+    if not meta.get("multilabel") or loss.mode == "sampled" or loss.multilabel:
+        return
+    fits = [
+        c.name
+        for c in registry.components("losses")
+        if getattr(c.factory, "multilabel", False) or getattr(c.factory, "mode", "") == "sampled"
+    ]
+    name = params.experiment(experiment).loss["name"]
+    raise InvalidParameterError(
+        f"experiments.{experiment}.loss: loss {name!r} takes one label per row, but dataset "
+        f"{params.dataset['name']!r} is multi-label; losses for multi-label rows: "
+        f"{', '.join(fits) or '(none installed)'}"
+    )
+
+
 def build_model(params: Params, experiment: str, registry: Registry, in_dim: int):
     exp = params.experiment(experiment)
     return registry.build("models", exp.model, f"experiments.{experiment}.model", in_dim)
@@ -98,6 +116,7 @@ def run(
     torch.manual_seed(seed)  # before building: encoders and losses may draw their init
     loss, optimizer = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
+    check_labels(loss, params, experiment, meta, registry)
     encoder = build_model(params, experiment, registry, meta["dim"])
     train_set = read_features(layout.features / "train.parquet")
     val_set = read_features(layout.features / "val.parquet")

@@ -11,6 +11,13 @@ of the state; validation batches are never transformed. Each step either scores 
 loss); the optimiser then updates only the rows the step touched. Every ``eval_every`` steps a
 fixed validation subset is scored, with the loss's prediction-time adjustment, for the learning
 curve. Training time in the curve excludes those evaluations.
+
+Multi-label rows (:class:`~tailkit.labels.LabelSets`) reach a full-mode loss as (B, k) −1-padded
+label lists, and a sampled loss as the batch's (row, positive) pairs: each pair is scored
+against negatives drawn for it, a negative that is any label of its row is an accidental hit,
+and a batch whose rows have no label at all makes no update. The validation curve then reports
+P@1 as ``val_accuracy`` and the mean over labels of the share of their rows whose top-1 is that
+label as ``val_balanced_accuracy``; with one label per row both are the single-label metrics.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from tailkit.components import Encoder, Loss, LossInput, PredictionContext, Samp
 from tailkit.errors import TrainingDivergedError
 from tailkit.evaluation.metrics import per_class_recall
 from tailkit.evaluation.predict import predict
+from tailkit.labels import LabelSets
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.optim import RowSparseOptimizer
 from tailkit.training.output_layer import OutputLayer
@@ -62,11 +70,37 @@ def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[float, float]:
-    preds, _ = predict(encoder, layer, loss, ctx, x_val, y_val, k=1)
-    y = y_val.numpy()
-    top1 = preds.topk[:, 0].cpu().numpy()
+    multilabel = isinstance(y_val, LabelSets)
+    preds, _ = predict(encoder, layer, loss, ctx, x_val, None if multilabel else y_val, k=1)
+    top1 = preds.topk[:, 0].cpu()
+    if multilabel:
+        hit = y_val.contains(torch.arange(len(y_val)), top1.unsqueeze(1)).squeeze(1).numpy()
+        support = y_val.counts()
+        correct = np.bincount(top1.numpy()[hit], minlength=num_classes)
+        present = support > 0
+        return float(hit.mean()), float((correct[present] / support[present]).mean())
+    y, top1 = y_val.numpy(), top1.numpy()
     recall, support = per_class_recall(y, top1, num_classes)
     return float((top1 == y).mean()), float(recall[support > 0].mean())
+
+
+def _sampled_batch(layer, sampler, x, z, y, negatives, generator):
+    """The sampled-mode scores of a batch, and the labels, embeddings and hits the loss sees:
+    for multi-label ``y`` those of the (row, positive) pairs (module docstring)."""
+    pair_rows = None
+    if isinstance(y, LabelSets):
+        pair_rows, y = y.pairs()
+        z = z.index_select(0, pair_rows)
+    if sampler.conditions_on == "scores":
+        # The model-based proposal sees the current scores, never the parameters.
+        with torch.no_grad():
+            given = layer.full(z.detach())[0]
+    else:
+        given = x if pair_rows is None else x.index_select(0, pair_rows)
+    neg, neg_log_q = sampler.sample(given, y, negatives, generator)
+    pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
+    scored = layer.sampled(z, y, neg)
+    return scored, y, z, neg, neg_log_q, pos_log_q, pair_rows
 
 
 def train(
@@ -162,51 +196,49 @@ def train(
         if loss.mode == "full":
             logits, rows = layer.full(z)
             batch = LossInput(
-                labels=y,
+                labels=y.padded() if isinstance(y, LabelSets) else y,
                 logits=logits,
                 log_prior=ctx.log_prior,
                 embeddings=z,
                 epoch=epoch,
                 step=step,
             )
+        elif isinstance(y, LabelSets) and y.indices.numel() == 0:
+            batch = None  # no (row, positive) pair to score: nothing to learn from
         else:
-            if sampler.conditions_on == "scores":
-                # The model-based proposal sees the current scores, never the parameters.
-                with torch.no_grad():
-                    given = layer.full(z.detach())[0]
-            else:
-                given = x
-            neg, neg_log_q = sampler.sample(given, y, cfg.negatives, sample_gen)
-            pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
-            scored = layer.sampled(z, y, neg)
+            scored, pos, z_pos, neg, neg_log_q, pos_log_q, pair_rows = _sampled_batch(
+                layer, sampler, x, z, y, cfg.negatives, sample_gen
+            )
             rows = scored.rows
+            hits = scored.hits if pair_rows is None else y.contains(pair_rows, neg)
             batch = LossInput(
-                labels=y,
+                labels=pos,
                 pos_logits=scored.pos,
                 neg_logits=scored.neg,
                 pos_log_q=pos_log_q,
                 neg_log_q=neg_log_q,
-                hits=scored.hits,
+                hits=hits,
                 neg_ids=neg,
                 num_negatives=neg.shape[-1],
                 sampler_conditional=sampler.conditional,
                 log_prior=ctx.log_prior,
-                embeddings=z,
+                embeddings=z_pos,
                 epoch=epoch,
                 step=step,
             )
-        value = loss(batch)
-        value.backward()
-        loss_value = value.item()
-        if not math.isfinite(loss_value):
-            raise TrainingDivergedError(
-                f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
-                "lower optimizer.lr or check the inputs"
-            )
-        optimizer.step(rows, step)
+        if batch is not None:
+            value = loss(batch)
+            value.backward()
+            loss_value = value.item()
+            if not math.isfinite(loss_value):
+                raise TrainingDivergedError(
+                    f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
+                    "lower optimizer.lr or check the inputs"
+                )
+            optimizer.step(rows, step)
+            running += loss_value
+            running_n += 1
         step += 1
-        running += loss_value
-        running_n += 1
 
         if step % cfg.eval_every == 0 or step == total:
             seconds += time.perf_counter() - tick

@@ -163,6 +163,7 @@ class MultilabelCE(Loss):
     """
 
     mode = "full"
+    multilabel = True
     constraints: ClassVar[dict[str, Constraint]] = {"eps": Interval(0, 1, closed="neither")}
 
     def __init__(

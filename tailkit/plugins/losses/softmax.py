@@ -17,9 +17,17 @@ class SoftmaxCE(Loss):
     :func:`torch.nn.functional.cross_entropy` (log-sum-exp, so stable for large logits).
     ``reduction="mean"`` divides the sum over the batch by B; ``"sum"`` does not.
     No prediction-time adjustment.
+
+    Multi-label rows (``batch.labels`` (B, k), −1 padded) take the normalised pick-all-labels
+    reduction PAL-N of Menon et al. (2019, "Multilabel reductions: what is my loss
+    optimising?"): ``(1/|P|) Σ_{j∈P} (log Σ_l exp(f_l) − f_j)`` over the row's labels P, the
+    cross-entropy against the uniform distribution on P, whose minimiser ranks labels by their
+    marginal probability (consistent for precision@k). A row without labels adds 0 but still
+    counts in B. With one label per row it is the single-label loss.
     """
 
     mode = "full"
+    multilabel = True
 
     def __init__(self, *, reduction: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
@@ -28,7 +36,14 @@ class SoftmaxCE(Loss):
     def forward(self, batch: LossInput) -> torch.Tensor:
         if batch.logits is None:
             raise ValueError("SoftmaxCE needs batch.logits (B, C): it is a full-mode loss")
-        return F.cross_entropy(batch.logits, batch.labels.long(), reduction=self.reduction)
+        labels = batch.labels.long()
+        if labels.ndim == 1:
+            return F.cross_entropy(batch.logits, labels, reduction=self.reduction)
+        present = labels >= 0
+        log_p = torch.log_softmax(batch.logits, dim=1).gather(1, labels.clamp(min=0))
+        sizes = present.sum(dim=1, keepdim=True).clamp(min=1)
+        per_row = -(torch.where(present, log_p, 0.0) / sizes).sum(dim=1)
+        return per_row.sum() if self.reduction == "sum" else per_row.mean()
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"

@@ -1,0 +1,350 @@
+"""Multi-label rows end to end: label sets, their cache column, subsample, the losses' two views
+(padded lists for full losses, (row, positive) pairs with every label masked as a hit for sampled
+ones) and the XC metrics of evaluate, each checked against an independent computation."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+import torch
+
+from tailkit import hookimpl
+from tailkit.cache import read_features, write_features
+from tailkit.components import LossInput, RawData
+from tailkit.errors import DataValidationError, InvalidParameterError
+from tailkit.evaluation.metrics import inverse_propensity
+from tailkit.labels import LabelSets
+from tailkit.params import parse_params
+from tailkit.paths import Layout
+from tailkit.plugins.losses.softmax import SoftmaxCE
+from tailkit.registry import make_registry
+from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
+from tailkit.stages.subsample import read_split
+from tailkit.training.loop import _sampled_batch
+from tailkit.training.output_layer import OutputLayer
+
+SETS = [[2, 0], [], [1], [3, 1, 0], [4], [], [0, 4]]
+
+
+def _brute_sets(sets: LabelSets) -> list[set[int]]:
+    ptr, ids = sets.indptr.tolist(), sets.indices.tolist()
+    return [set(ids[ptr[i] : ptr[i + 1]]) for i in range(len(sets))]
+
+
+# ------------------------------------------------------------------ LabelSets
+
+
+def test_label_sets_views_match_the_lists() -> None:
+    sets = LabelSets.from_lists(SETS, 5)
+    assert _brute_sets(sets) == [set(s) for s in SETS]
+    assert sets.sizes.tolist() == [2, 0, 1, 3, 1, 0, 2]
+    assert sets.counts().tolist() == [3, 2, 1, 1, 2]
+    picked = sets.select(torch.tensor([3, 1, 6, 3]))
+    assert _brute_sets(picked) == [{0, 1, 3}, set(), {0, 4}, {0, 1, 3}]
+    padded = picked.padded()
+    assert padded.tolist() == [[0, 1, 3], [-1, -1, -1], [0, 4, -1], [0, 1, 3]]
+    rows, ids = picked.pairs()
+    assert list(zip(rows.tolist(), ids.tolist(), strict=True)) == [
+        (0, 0), (0, 1), (0, 3), (2, 0), (2, 4), (3, 0), (3, 1), (3, 3)
+    ]  # fmt: skip
+    csr = sp.csr_matrix(([1.0] * 5, ([0, 0, 2, 2, 2], [4, 1, 0, 4, 4])), shape=(3, 5))
+    assert _brute_sets(LabelSets.from_csr(csr)) == [{1, 4}, set(), {0, 4}]
+
+
+def test_contains_is_set_membership_for_per_row_and_shared_ids() -> None:
+    sets = LabelSets.from_lists(SETS, 5)
+    truth = _brute_sets(sets)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, len(SETS), (40,), generator=g)
+    ids = torch.randint(0, 5, (40, 6), generator=g)
+    got = sets.contains(rows, ids)
+    want = [[int(v) in truth[int(r)] for v in row] for r, row in zip(rows, ids, strict=True)]
+    assert got.tolist() == want
+    shared = torch.tensor([4, 0, 2])
+    assert sets.contains(rows, shared).tolist() == [
+        [int(v) in truth[int(r)] for v in shared] for r in rows
+    ]
+    empty = LabelSets.from_lists([[], []], 3)
+    assert not empty.contains(torch.tensor([0, 1]), torch.tensor([[0, 2], [1, 1]])).any()
+
+
+def test_label_sets_refuse_ids_out_of_range() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        LabelSets.from_lists([[0, 3]], 3)
+
+
+# ------------------------------------------------------------------ cache
+
+
+def test_multi_label_column_round_trips_through_the_cache(tmp_path: Path) -> None:
+    sets = LabelSets.from_lists(SETS, 5)
+    x = np.arange(len(SETS) * 2, dtype=np.float32).reshape(-1, 2)
+    path = tmp_path / "f.parquet"
+    write_features(path, x, sets, np.arange(len(SETS)), {"split": "train"})
+    assert str(pq.read_schema(path).field("label").type) == "list<element: int32 not null>"
+    table = read_features(path)
+    assert isinstance(table.labels, LabelSets) and table.labels.num_classes == 5
+    assert _brute_sets(table.labels) == [set(s) for s in SETS]
+    assert table.metadata["multilabel"] is True
+    assert read_features(path, columns=["label"]).x is None
+
+
+# ------------------------------------------------------------------ a multi-label dataset
+
+
+class TopicXC:
+    """Bag-of-words rows over 60 words; 12 labels with Zipf-like frequencies, each owning 5
+    words; a row draws 0-3 labels and words from them plus noise. The XC repository's given
+    trn/tst split (the last quarter is the test split)."""
+
+    def __init__(self, *, rows: int = 800) -> None:
+        self.rows = rows
+
+    def fetch(self, dest: Path) -> None:
+        (dest / "fake.txt").write_text("fake\n")
+
+    def load(self, raw_dir: Path) -> RawData:
+        rng = np.random.default_rng(3)
+        n, labels, words = self.rows, 12, 60
+        p = 1.0 / np.arange(1, labels + 1)
+        p /= p.sum()
+        sets = []
+        for _ in range(n):
+            size = rng.choice([0, 1, 2, 3], p=[0.05, 0.45, 0.3, 0.2])
+            sets.append(sorted(rng.choice(labels, size=size, replace=False, p=p).tolist()))
+        counts = rng.poisson(0.15, size=(n, words)).astype(np.float32)
+        for i, s in enumerate(sets):
+            for label in s:
+                counts[i, label * 5 + rng.integers(0, 5, size=3)] += 1.0
+        indicator = LabelSets.from_lists(sets, labels).to_csr()
+        splits = {"train": np.arange(n * 3 // 4), "test": np.arange(n * 3 // 4, n)}
+        names = [f"topic{i}" for i in range(labels)]
+        return RawData(sp.csr_matrix(counts), indicator, names, modality="sparse", splits=splits)
+
+
+def _plugin():
+    mod = types.SimpleNamespace()
+
+    @hookimpl
+    def register_datasets(register):
+        register("topic-xc", TopicXC)
+
+    mod.register_datasets = register_datasets
+    return mod
+
+
+REGISTRY = make_registry(extra_plugins=[("test-multilabel", _plugin())])
+ADAGRAD = {"name": "adagrad", "lr": 0.3}
+EXPERIMENTS = {
+    "zlpr": {"loss": {"name": "multilabel-ce"}, "sampler": "none", "optimizer": ADAGRAD},
+    "pal": {"loss": {"name": "softmax"}, "sampler": "none", "optimizer": ADAGRAD},
+    "sampled": {
+        "loss": {"name": "sampled-softmax"},
+        "sampler": "unigram",
+        "negatives": 4,
+        "optimizer": ADAGRAD,
+    },
+    "tree-ns": {
+        "loss": {"name": "negative-sampling"},
+        "sampler": "tree",
+        "negatives": 3,
+        "optimizer": ADAGRAD,
+    },
+    "la": {"loss": {"name": "logit-adjusted"}, "sampler": "none", "optimizer": ADAGRAD},
+}
+
+
+def _params(**subsample):
+    return parse_params(
+        {
+            "base": {"device": "cpu"},
+            "dataset": {"name": "topic-xc"},
+            "subsample": {"val_fraction": 0.2, **subsample},
+            "featurize": {"name": "tfidf-svd", "dim": 24},
+            "samplers": {"unigram": {"name": "unigram"}, "tree": {"name": "tree", "k": 3}},
+            "train": {"epochs": 12, "batch_size": 32, "eval_every": 20, "val_rows": 100},
+            "evaluate": {"batch_size": 64, "label_chunk": 5},
+            "experiments": EXPERIMENTS,
+        },
+        "test-params",
+    )
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> tuple[object, Layout]:
+    params = _params()
+    layout = Layout(tmp_path_factory.mktemp("multilabel"))
+    download.run(params, layout, REGISTRY)
+    subsample.run(params, layout, REGISTRY)
+    featurize.run(params, layout, REGISTRY)
+    fit_sampler.run(params, layout, REGISTRY)
+    return params, layout
+
+
+def test_subsample_keeps_the_given_test_split_and_draws_val_at_random(prepared) -> None:
+    params, layout = prepared
+    raw = TopicXC().load(layout.root)
+    truth = _brute_sets(LabelSets.from_csr(raw.labels))
+    meta = json.loads((layout.split / "meta.json").read_text())
+    rows = {}
+    for name in ("train", "val", "test"):
+        rows[name], labels = read_split(layout.split, name)
+        assert isinstance(labels, LabelSets)
+        assert _brute_sets(labels) == [truth[r] for r in rows[name]]
+        assert meta[f"{name}_rows"] == rows[name].size
+        want = np.bincount([label for r in rows[name] for label in truth[r]], minlength=12)
+        assert meta[f"{name}_counts"] == want.tolist()
+    assert rows["test"].tolist() == list(range(600, 800))
+    assert rows["val"].size == 120 and rows["train"].size == 480  # 20 % of the 600 given
+    assert sorted([*rows["train"], *rows["val"]]) == list(range(600))
+    assert meta["multilabel"] is True
+
+
+@pytest.mark.parametrize("setting", [{"profile": "exp"}, {"balanced_test": True}])
+def test_a_per_class_profile_is_refused_for_multi_label_rows(setting, tmp_path: Path) -> None:
+    params = _params(**setting)
+    layout = Layout(tmp_path)
+    download.run(params, layout, REGISTRY)
+    with pytest.raises(DataValidationError) as info:
+        subsample.run(params, layout, REGISTRY)
+    message = str(info.value)
+    assert message.startswith("dataset 'topic-xc': multi-label rows have no single class")
+    assert "natural" in message and "single_label: true" in message and "\n" not in message
+    assert not layout.split.exists()
+
+
+def test_a_single_label_full_loss_is_refused_naming_the_multi_label_losses(prepared) -> None:
+    params, layout = prepared
+    with pytest.raises(InvalidParameterError) as info:
+        train.run(params, layout, REGISTRY, "la")
+    message = str(info.value)
+    assert message.startswith("experiments.la.loss: loss 'logit-adjusted' takes one label per row")
+    assert "multilabel-ce" in message and "softmax" in message and "sampled-softmax" in message
+    assert not layout.model("la").exists()
+
+
+def _dense_scores(params, layout: Layout, experiment: str) -> np.ndarray:
+    """Test scores f(x) = W x + b of a trained linear model, all labels at once."""
+    state = torch.load(layout.model(experiment) / "model.pt", weights_only=False)
+    x = read_features(layout.features / "test.parquet").x
+    w, b = state["layer"]["weight"], state["layer"]["bias"]
+    return (x @ w.t() + b).numpy()
+
+
+def _independent_xc_metrics(scores: np.ndarray, truth: list[set[int]], q: np.ndarray, k: int):
+    """P@k and PSP@k straight from the definitions (datasets-metrics.md §2), row by row."""
+    ranked = [sorted(range(scores.shape[1]), key=lambda j: (-row[j], j))[:k] for row in scores]
+    p_at = sum(len(set(r) & t) for r, t in zip(ranked, truth, strict=True)) / (k * len(truth))
+    gain = sum(q[j] for r, t in zip(ranked, truth, strict=True) for j in r if j in t)
+    best = sum(sum(sorted((q[j] for j in t), reverse=True)[:k]) for t in truth)
+    return p_at, gain / best
+
+
+@pytest.mark.parametrize("experiment", ["zlpr", "pal", "sampled", "tree-ns"])
+def test_train_and_evaluate_report_the_xc_metrics_of_the_trained_scores(prepared, experiment):
+    params, layout = prepared
+    summary = train.run(params, layout, REGISTRY, experiment)
+    assert summary["steps"] == 12 * math.ceil(480 / 32)
+    metrics = evaluate.run(params, layout, REGISTRY, experiment)
+    test = read_features(layout.features / "test.parquet").labels
+    truth = _brute_sets(test)
+    meta = json.loads((layout.features / "meta.json").read_text())
+    q = inverse_propensity(np.asarray(meta["train_counts"]), meta["train_rows"])
+    scores = _dense_scores(params, layout, experiment)
+    # Negative sampling from the tree adds log p_n(y|x) at prediction (Bamler-Mandt); the raw
+    # scores are then the "uncorrected" block's.
+    plain = metrics.get("uncorrected", metrics["test"])
+    assert ("uncorrected" in metrics) == (experiment == "tree-ns")
+    for k in (1, 3, 5):
+        p_at, psp_at = _independent_xc_metrics(scores, truth, q, k)
+        assert plain[f"P@{k}"] == pytest.approx(p_at, abs=1e-9)
+        assert plain[f"PSP@{k}"] == pytest.approx(psp_at, abs=1e-9)
+        assert metrics["ranking"][f"P@{k}"] == metrics["test"][f"P@{k}"]
+    # Macro recall@5 per label, and the groups, from the same ranking.
+    top5 = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+    support = np.bincount([j for t in truth for j in t], minlength=12)
+    found = np.bincount(
+        [j for r, t in zip(top5, truth, strict=True) for j in t if j in r], minlength=12
+    )
+    present = support > 0
+    assert plain["macro_recall@5"] == pytest.approx(
+        (found[present] / support[present]).mean()
+    )
+    assert "accuracy" not in metrics["test"] and "margins" not in metrics
+    lines = layout.class_plot(experiment).read_text().splitlines()
+    assert lines[0] == "class\ttrain_count\ttest_count\taccuracy"
+    assert len(lines) == 1 + int(present.sum())
+    # The data is learnable: well above ranking the labels by training frequency.
+    frequent_first = np.argsort(-np.asarray(meta["train_counts"]), kind="stable")[0]
+    baseline = np.mean([frequent_first in t for t in truth])
+    assert metrics["test"]["P@1"] > baseline + 0.2, (metrics["test"]["P@1"], baseline)
+    curve = layout.curve(experiment).read_text().splitlines()
+    assert curve[0].split("\t")[3:] == ["val_accuracy", "val_balanced_accuracy"]
+    assert 0.0 <= float(curve[-1].split("\t")[3]) <= 1.0
+
+
+# ------------------------------------------------------------------ the two views of a batch
+
+
+def test_softmax_on_label_lists_is_pal_n() -> None:
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    lists = [[0, 3], [], [5], [1, 2, 4]]
+    padded = LabelSets.from_lists(lists, 6).padded()
+    got = SoftmaxCE()(LossInput(labels=padded, logits=logits))
+    log_p = torch.log_softmax(logits, 1)
+    want = sum(-sum(log_p[i, j] for j in s) / len(s) for i, s in enumerate(lists) if s) / 4
+    assert torch.allclose(got, want)
+    # One label per row: exactly the single-label cross-entropy.
+    single = torch.tensor([[2], [0], [5], [1]])
+    flat = SoftmaxCE()(LossInput(labels=single.squeeze(1), logits=logits))
+    assert torch.allclose(SoftmaxCE()(LossInput(labels=single, logits=logits)), flat)
+    assert torch.autograd.gradcheck(
+        lambda s: SoftmaxCE()(LossInput(labels=padded, logits=s)), (logits,)
+    )
+
+
+class _FixedNegatives:
+    """A shared or per-example draw fixed in advance, log q = −log C."""
+
+    conditions_on, conditional = "input", False
+
+    def __init__(self, neg: torch.Tensor) -> None:
+        self.neg = neg
+
+    def sample(self, x, y, m, generator):
+        neg = self.neg if self.neg.ndim == 1 else self.neg[: y.shape[0]]
+        return neg, torch.full(neg.shape, -math.log(6.0))
+
+    def log_prob(self, x, labels):
+        return torch.full(labels.shape, -math.log(6.0))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_sampled_view_scores_every_positive_and_masks_every_own_label(shared: bool) -> None:
+    lists = [[0, 3], [], [5], [1, 2, 4]]
+    y = LabelSets.from_lists(lists, 6)
+    layer = OutputLayer(6, 3, generator=torch.Generator().manual_seed(0))
+    z = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
+    neg = torch.tensor([3, 5, 1]) if shared else torch.randint(0, 6, (6, 3))
+    scored, pos, z_pos, got_neg, _, _, pair_rows = _sampled_batch(
+        layer, _FixedNegatives(neg), z, z, y, 3, None
+    )
+    assert pair_rows.tolist() == [0, 0, 2, 3, 3, 3] and pos.tolist() == [0, 3, 5, 1, 2, 4]
+    w, b = layer.weight.detach(), layer.bias.detach()
+    want_pos = (z[pair_rows] * w[pos]).sum(1) + b[pos]
+    assert torch.allclose(scored.pos, want_pos, atol=1e-6)
+    per_pair = got_neg.expand(6, -1) if shared else got_neg
+    want_neg = torch.einsum("pd,pmd->pm", z[pair_rows], w[per_pair]) + b[per_pair]
+    assert torch.allclose(scored.neg, want_neg, atol=1e-6)
+    hits = y.contains(pair_rows, got_neg)
+    want_hits = [[int(v) in lists[int(r)] for v in per_pair[i]] for i, r in enumerate(pair_rows)]
+    assert hits.tolist() == want_hits
+    assert torch.equal(z_pos, z[pair_rows])
