@@ -189,7 +189,7 @@ def prepared(tmp_path_factory) -> tuple[object, Layout]:
 
 
 def test_subsample_keeps_the_given_test_split_and_draws_val_at_random(prepared) -> None:
-    params, layout = prepared
+    _, layout = prepared
     raw = TopicXC().load(layout.root)
     truth = _brute_sets(LabelSets.from_csr(raw.labels))
     meta = json.loads((layout.split / "meta.json").read_text())
@@ -274,9 +274,7 @@ def test_train_and_evaluate_report_the_xc_metrics_of_the_trained_scores(prepared
         [j for r, t in zip(top5, truth, strict=True) for j in t if j in r], minlength=12
     )
     present = support > 0
-    assert plain["macro_recall@5"] == pytest.approx(
-        (found[present] / support[present]).mean()
-    )
+    assert plain["macro_recall@5"] == pytest.approx((found[present] / support[present]).mean())
     assert "accuracy" not in metrics["test"] and "margins" not in metrics
     lines = layout.class_plot(experiment).read_text().splitlines()
     assert lines[0] == "class\ttrain_count\ttest_count\taccuracy"
