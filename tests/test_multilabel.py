@@ -161,20 +161,21 @@ EXPERIMENTS = {
 }
 
 
+def _raw_params(**subsample) -> dict:
+    return {
+        "base": {"device": "cpu"},
+        "dataset": {"name": "topic-xc"},
+        "subsample": {"val_fraction": 0.2, **subsample},
+        "featurize": {"name": "tfidf-svd", "dim": 24},
+        "samplers": {"unigram": {"name": "unigram"}, "tree": {"name": "tree", "k": 3}},
+        "train": {"epochs": 12, "batch_size": 32, "eval_every": 20, "val_rows": 100},
+        "evaluate": {"batch_size": 64, "label_chunk": 5},
+        "experiments": EXPERIMENTS,
+    }
+
+
 def _params(**subsample):
-    return parse_params(
-        {
-            "base": {"device": "cpu"},
-            "dataset": {"name": "topic-xc"},
-            "subsample": {"val_fraction": 0.2, **subsample},
-            "featurize": {"name": "tfidf-svd", "dim": 24},
-            "samplers": {"unigram": {"name": "unigram"}, "tree": {"name": "tree", "k": 3}},
-            "train": {"epochs": 12, "batch_size": 32, "eval_every": 20, "val_rows": 100},
-            "evaluate": {"batch_size": 64, "label_chunk": 5},
-            "experiments": EXPERIMENTS,
-        },
-        "test-params",
-    )
+    return parse_params(_raw_params(**subsample), "test-params")
 
 
 @pytest.fixture(scope="module")
@@ -346,3 +347,49 @@ def test_sampled_view_scores_every_positive_and_masks_every_own_label(shared: bo
     want_hits = [[int(v) in lists[int(r)] for v in per_pair[i]] for i, r in enumerate(pair_rows)]
     assert hits.tolist() == want_hits
     assert torch.equal(z_pos, z[pair_rows])
+
+
+# ------------------------------------------------------------------ the real XC reader
+
+
+def _legacy_file(x: sp.csr_matrix, sets: LabelSets) -> str:
+    """Rows as the XC repository writes them: header "N D L", then "l1,l2 f:v ..."; a row
+    without labels starts with a space, as EURLex-4K's 28 such rows do."""
+    lines = [f"{x.shape[0]} {x.shape[1]} {sets.num_classes}"]
+    for i, labels in enumerate(_brute_sets(sets)):
+        row = x.getrow(i)
+        feats = " ".join(f"{j}:{v:g}" for j, v in zip(row.indices, row.data, strict=True))
+        lines.append(",".join(str(label) for label in sorted(labels)) + " " + feats)
+    return "\n".join(lines) + "\n"
+
+
+def test_the_xc_plugin_on_legacy_files_trains_what_the_in_memory_rows_train(prepared, tmp_path):
+    """The same rows written in the repository's legacy format and read by the ``xc`` plugin
+    give the same splits and the same trained metrics as the in-memory dataset."""
+    params, layout = prepared
+    raw = TopicXC().load(layout.root)
+    sets = LabelSets.from_csr(raw.labels)
+    folder = tmp_path / "TopicXC"
+    folder.mkdir()
+    for name, rows in (("train", raw.splits["train"]), ("test", raw.splits["test"])):
+        text = _legacy_file(raw.inputs[rows], sets.select(rows))
+        (folder / f"topic_{name}.txt").write_text(text)
+    xc_params = parse_params(
+        {**_raw_params(), "dataset": {"name": "xc", "path": str(folder)}}, "test-params"
+    )
+    xc_layout = Layout(tmp_path / "project")
+    registry = make_registry()
+    for stage in (download, subsample, featurize, fit_sampler):
+        stage.run(xc_params, xc_layout, registry)
+    for name in ("train", "val", "test"):
+        ours, theirs = read_split(layout.split, name), read_split(xc_layout.split, name)
+        assert np.array_equal(ours[0], theirs[0])
+        assert _brute_sets(ours[1]) == _brute_sets(theirs[1])
+    train.run(xc_params, xc_layout, registry, "zlpr")
+    got = evaluate.run(xc_params, xc_layout, registry, "zlpr")
+    if not layout.metrics("zlpr").exists():
+        train.run(params, layout, REGISTRY, "zlpr")
+        evaluate.run(params, layout, REGISTRY, "zlpr")
+    want = json.loads(layout.metrics("zlpr").read_text())
+    for key in ("P@1", "P@5", "PSP@1", "PSP@5", "macro_recall@5"):
+        assert got["test"][key] == pytest.approx(want["test"][key], abs=1e-6)

@@ -14,7 +14,7 @@ from tailkit.params import parse_params
 from tailkit.reporting import figures
 from tailkit.reporting.runs import Run, describe_data, exp_runs
 from tailkit.reporting.tables import comparison_table, plugin_versions, settings_tables
-from tailkit.stages.report import group_studies
+from tailkit.stages.report import group_studies, study_markdown
 
 
 def params_with(**changes):
@@ -65,6 +65,29 @@ def test_best_value_of_each_column_is_bold_lower_is_better_for_ece_and_seconds()
     assert soft["few"] == "–"  # a group without classes
     assert samp["method"] == "sampled-softmax, uniform × 8"
     assert ldam["method"] == "ldam (drw_epoch=1) on mlp"
+
+
+def test_a_multi_label_study_gets_the_xc_columns_and_its_own_legend():
+    params = parse_params(TINY_PARAMS)
+
+    def xc(p1: float, psp1: float) -> dict:
+        test = {"P@1": p1, "P@3": p1 / 2, "P@5": p1 / 3, "PSP@1": psp1, "PSP@3": psp1 / 2}
+        test.update({"PSP@5": psp1 / 3, "macro_recall@5": 0.4, "many": 0.5, "medium": 0.3})
+        return {"test": {**test, "few": 0.1, "ece": 0.2}, "train": {"seconds": 2.0}}
+
+    runs = [Run("softmax", "", params, xc(0.8, 0.3)), Run("sampled", "", params, xc(0.7, 0.4))]
+    table = comparison_table(runs)
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    assert header[2:8] == ["P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5"]
+    assert "accuracy" not in header
+    zlpr = dict(zip(header, row(table, "softmax"), strict=True))
+    pal = dict(zip(header, row(table, "sampled"), strict=True))
+    assert zlpr["P@1"] == "**80.00**" and pal["P@1"] == "70.00"
+    assert zlpr["PSP@1"] == "30.00" and pal["PSP@1"] == "**40.00**"
+    assert zlpr["macro R@5"] == "**40.00**" and zlpr["few"] == "**10.00**"
+    text = study_markdown("a study", runs)
+    assert "P@k and PSP@k as the Extreme Classification Repository" in text
+    assert "mean per-class accuracy" not in text
 
 
 def test_settings_table_lists_only_what_differs_and_a_line_of_what_is_shared():

@@ -28,6 +28,28 @@ COLUMNS = (
     Column("ECE", ("test", "ece"), False),
     Column("train s", ("train", "seconds"), False, percent=False),
 )
+#: A study of multi-label rows (the XC datasets) has no accuracy: the repository's P@k and
+#: PSP@k, and the macro-averaged per-label recall of the top 5 overall and per group.
+MULTILABEL_COLUMNS = (
+    *(Column(f"P@{k}", ("test", f"P@{k}"), True) for k in (1, 3, 5)),
+    *(Column(f"PSP@{k}", ("test", f"PSP@{k}"), True) for k in (1, 3, 5)),
+    Column("macro R@5", ("test", "macro_recall@5"), True),
+    Column("many", ("test", "many"), True),
+    Column("medium", ("test", "medium"), True),
+    Column("few", ("test", "few"), True),
+    Column("ECE", ("test", "ece"), False),
+    Column("train s", ("train", "seconds"), False, percent=False),
+)
+
+
+def is_multilabel(runs: Sequence[Run]) -> bool:
+    """Whether the runs' test metrics are those of multi-label rows (P@k, no accuracy)."""
+    tests = [r.metrics.get("test") or {} for r in runs]
+    return any("P@1" in t and "accuracy" not in t for t in tests)
+
+
+def columns_for(runs: Sequence[Run]) -> tuple[Column, ...]:
+    return MULTILABEL_COLUMNS if is_multilabel(runs) else COLUMNS
 
 
 def metric(metrics: dict[str, Any], path: Sequence[str]) -> float | None:
@@ -77,7 +99,8 @@ def describe_method(run: Run) -> str:
     )
 
 
-def comparison_table(runs: Sequence[Run], columns: Sequence[Column] = COLUMNS) -> str:
+def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = None) -> str:
+    columns = columns_for(runs) if columns is None else columns
     best = best_values(runs, columns)
     lines = [
         "| experiment | method | " + " | ".join(c.header for c in columns) + " |",

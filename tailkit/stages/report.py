@@ -33,7 +33,12 @@ from tailkit.reporting.runs import (
     exp_runs,
     workspace_runs,
 )
-from tailkit.reporting.tables import comparison_table, plugin_versions, settings_tables
+from tailkit.reporting.tables import (
+    comparison_table,
+    is_multilabel,
+    plugin_versions,
+    settings_tables,
+)
 from tailkit.stages.subsample import read_meta
 
 FIGURES = {
@@ -46,6 +51,14 @@ LEGEND = (
     f"> {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; balanced "
     "acc.: over all classes; ECE: expected calibration error of the loss's own probabilities "
     "(15 bins; – for a loss without one). Best of each column in bold."
+)
+
+MULTILABEL_LEGEND = (
+    "Test metrics in %; P@k and PSP@k as the Extreme Classification Repository defines them "
+    "(PSP: propensity-scored, normalised by the best achievable ranking); macro R@5: per-label "
+    "recall of the top 5, averaged over labels; many/medium/few: the same over labels carried "
+    f"by > {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; ECE: of the "
+    "top-1 label being one of the row's labels. Best of each column in bold."
 )
 
 DVC_PLOTS_NOTE = (
@@ -63,7 +76,8 @@ def group_studies(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 def study_markdown(title: str, runs: list[Run]) -> str:
-    parts = [f"## {title}\n", comparison_table(runs), LEGEND + "\n"]
+    legend = MULTILABEL_LEGEND if is_multilabel(runs) else LEGEND
+    parts = [f"## {title}\n", comparison_table(runs), legend + "\n"]
     differing = settings_tables(runs)
     if differing:
         parts += ["### Settings\n", differing]
