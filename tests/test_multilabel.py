@@ -23,6 +23,7 @@ from tailkit.evaluation.metrics import inverse_propensity
 from tailkit.labels import LabelSets
 from tailkit.params import parse_params
 from tailkit.paths import Layout
+from tailkit.plugins.losses.decoupled import Decoupled
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.registry import make_registry
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
@@ -145,6 +146,7 @@ ADAGRAD = {"name": "adagrad", "lr": 0.3}
 EXPERIMENTS = {
     "zlpr": {"loss": {"name": "multilabel-ce"}, "sampler": "none", "optimizer": ADAGRAD},
     "pal": {"loss": {"name": "softmax"}, "sampler": "none", "optimizer": ADAGRAD},
+    "bce": {"loss": {"name": "decoupled"}, "sampler": "none", "optimizer": ADAGRAD},
     "sampled": {
         "loss": {"name": "sampled-softmax"},
         "sampler": "unigram",
@@ -227,7 +229,8 @@ def test_a_single_label_full_loss_is_refused_naming_the_multi_label_losses(prepa
         train.run(params, layout, REGISTRY, "la")
     message = str(info.value)
     assert message.startswith("experiments.la.loss: loss 'logit-adjusted' takes one label per row")
-    assert "multilabel-ce" in message and "softmax" in message and "sampled-softmax" in message
+    for loss in ("multilabel-ce", "softmax", "decoupled", "sampled-softmax"):
+        assert loss in message
     assert not layout.model("la").exists()
 
 
@@ -248,7 +251,7 @@ def _independent_xc_metrics(scores: np.ndarray, truth: list[set[int]], q: np.nda
     return p_at, gain / best
 
 
-@pytest.mark.parametrize("experiment", ["zlpr", "pal", "sampled", "tree-ns"])
+@pytest.mark.parametrize("experiment", ["zlpr", "pal", "bce", "sampled", "tree-ns"])
 def test_train_and_evaluate_report_the_xc_metrics_of_the_trained_scores(prepared, experiment):
     params, layout = prepared
     summary = train.run(params, layout, REGISTRY, experiment)
@@ -308,6 +311,32 @@ def test_softmax_on_label_lists_is_pal_n() -> None:
     assert torch.autograd.gradcheck(
         lambda s: SoftmaxCE()(LossInput(labels=padded, logits=s)), (logits,)
     )
+
+
+@pytest.mark.parametrize("margin_loss", ["logistic", "hinge"])
+def test_decoupled_on_label_lists_is_one_vs_all_over_the_row_s_labels(margin_loss: str) -> None:
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(4, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    lists = [[0, 3], [], [5], [1, 2, 4]]
+    padded = LabelSets.from_lists(lists, 6).padded()
+    loss = Decoupled(margin_loss=margin_loss)
+    got = loss(LossInput(labels=padded, logits=logits))
+    f = logits.detach().numpy()
+    if margin_loss == "logistic":
+        pos, neg = (lambda v: np.log1p(np.exp(-v))), (lambda v: np.log1p(np.exp(v)))
+    else:
+        pos, neg = (lambda v: max(0.0, 1 - v)), (lambda v: max(0.0, 1 + v))
+    per_row = [
+        sum(pos(f[i, j]) if j in s else neg(f[i, j]) for j in range(6))
+        for i, s in enumerate(lists)
+    ]
+    assert got.item() == pytest.approx(np.mean(per_row), rel=1e-12)
+    single = torch.tensor([2, 0, 5, 1])
+    assert torch.allclose(
+        loss(LossInput(labels=single.unsqueeze(1), logits=logits)),
+        loss(LossInput(labels=single, logits=logits)),
+    )
+    assert torch.autograd.gradcheck(lambda s: loss(LossInput(labels=padded, logits=s)), (logits,))
 
 
 class _FixedNegatives:
