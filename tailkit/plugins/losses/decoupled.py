@@ -53,9 +53,15 @@ class Decoupled(_Decoupled):
     logistic losses (computed as Σ_j softplus(f_j) − f_y, one pass over the logits);
     ``"hinge"``: max(0, 1 − f_y) + Σ_{y'≠y} max(0, 1 + f_{y'}). The output biases start at
     −log(C − 1) for the logistic loss. ``reduction="mean"`` divides the sum over the batch by B.
+
+    Multi-label rows (``batch.labels`` (B, k), −1 padded) take every label of the row as a
+    positive: Σ_{j∈P} φ(f_j) + Σ_{j∉P} ϕ(−f_j), with the logistic margin the binary relevance
+    (one-vs-all BCE) baseline of extreme classification; a row without labels has negatives
+    only.
     """
 
     mode = "full"
+    multilabel = True
 
     def __init__(
         self,
@@ -69,18 +75,18 @@ class Decoupled(_Decoupled):
         logits = batch.logits
         if logits is None:
             raise ValueError("Decoupled needs batch.logits (B, C): it is a full-mode loss")
-        f_y = logits.gather(1, batch.labels.long().unsqueeze(1)).squeeze(1)
+        labels = batch.labels.long()
+        ids = labels.unsqueeze(1) if labels.ndim == 1 else labels
+        present = ids >= 0
+        f_y = logits.gather(1, ids.clamp(min=0))
         everything = _negative_term(self.margin_loss, logits).sum(dim=1)
-        # Σ_{y'≠y} ϕ(−f_{y'}) = Σ_all − ϕ(−f_y); for the logistic loss
-        # softplus(−f) − softplus(f) = −f, so the positive needs no extra transcendental.
+        # Σ_{y'∉P} ϕ(−f_{y'}) = Σ_all − Σ_P ϕ(−f_y); for the logistic loss
+        # softplus(−f) − softplus(f) = −f, so a positive needs no extra transcendental.
         if self.margin_loss == "logistic":
-            per_example = everything - f_y
+            swap = -f_y
         else:
-            per_example = (
-                everything
-                - _negative_term(self.margin_loss, f_y)
-                + _positive_term(self.margin_loss, f_y)
-            )
+            swap = _positive_term(self.margin_loss, f_y) - _negative_term(self.margin_loss, f_y)
+        per_example = everything + torch.where(present, swap, 0.0).sum(dim=1)
         return self._reduce(per_example)
 
     def extra_repr(self) -> str:
