@@ -30,7 +30,7 @@ import torch
 from tailkit.components import LossInput
 from tailkit.labels import LabelSets
 from tailkit.registry import make_registry
-from tailkit.training.loop import _sampled_batch
+from tailkit.training.loop import sampled_input
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 
@@ -72,20 +72,8 @@ class Case:
             labels = y.padded() if isinstance(y, LabelSets) else y
             batch = LossInput(labels=labels, logits=logits)
         else:
-            scored, pos, _, neg, neg_log_q, pos_log_q, pair_rows = _sampled_batch(
+            batch, rows = sampled_input(
                 self.layer, self.sampler, self.z, self.z, y, self.m, self.gen
-            )
-            rows = scored.rows
-            hits = scored.hits if pair_rows is None else y.contains(pair_rows, neg)
-            batch = LossInput(
-                labels=pos,
-                pos_logits=scored.pos,
-                neg_logits=scored.neg,
-                pos_log_q=pos_log_q,
-                neg_log_q=neg_log_q,
-                hits=hits,
-                neg_ids=neg,
-                num_negatives=neg.shape[-1],
             )
         self.loss(batch).backward()
         self.opt.step(rows, self.step_no)

@@ -28,7 +28,7 @@ from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.registry import make_registry
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
 from tailkit.stages.subsample import read_split
-from tailkit.training.loop import _sampled_batch
+from tailkit.training.loop import sampled_input
 from tailkit.training.output_layer import OutputLayer
 
 SETS = [[2, 0], [], [1], [3, 1, 0], [4], [], [0, 4]]
@@ -327,8 +327,7 @@ def test_decoupled_on_label_lists_is_one_vs_all_over_the_row_s_labels(margin_los
     else:
         pos, neg = (lambda v: max(0.0, 1 - v)), (lambda v: max(0.0, 1 + v))
     per_row = [
-        sum(pos(f[i, j]) if j in s else neg(f[i, j]) for j in range(6))
-        for i, s in enumerate(lists)
+        sum(pos(f[i, j]) if j in s else neg(f[i, j]) for j in range(6)) for i, s in enumerate(lists)
     ]
     assert got.item() == pytest.approx(np.mean(per_row), rel=1e-12)
     single = torch.tensor([2, 0, 5, 1])
@@ -362,20 +361,20 @@ def test_sampled_view_scores_every_positive_and_masks_every_own_label(shared: bo
     layer = OutputLayer(6, 3, generator=torch.Generator().manual_seed(0))
     z = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
     neg = torch.tensor([3, 5, 1]) if shared else torch.randint(0, 6, (6, 3))
-    scored, pos, z_pos, got_neg, _, _, pair_rows = _sampled_batch(
-        layer, _FixedNegatives(neg), z, z, y, 3, None
-    )
+    batch, rows = sampled_input(layer, _FixedNegatives(neg), z, z, y, 3, None)
+    pair_rows, pos, got_neg = y.pairs()[0], batch.labels, batch.neg_ids
+    assert rows.ids.tolist() == sorted({*pos.tolist(), *got_neg.reshape(-1).tolist()})
     assert pair_rows.tolist() == [0, 0, 2, 3, 3, 3] and pos.tolist() == [0, 3, 5, 1, 2, 4]
     w, b = layer.weight.detach(), layer.bias.detach()
     want_pos = (z[pair_rows] * w[pos]).sum(1) + b[pos]
-    assert torch.allclose(scored.pos, want_pos, atol=1e-6)
+    assert torch.allclose(batch.pos_logits, want_pos, atol=1e-6)
     per_pair = got_neg.expand(6, -1) if shared else got_neg
     want_neg = torch.einsum("pd,pmd->pm", z[pair_rows], w[per_pair]) + b[per_pair]
-    assert torch.allclose(scored.neg, want_neg, atol=1e-6)
-    hits = y.contains(pair_rows, got_neg)
+    assert torch.allclose(batch.neg_logits, want_neg, atol=1e-6)
+    hits = batch.hits
     want_hits = [[int(v) in lists[int(r)] for v in per_pair[i]] for i, r in enumerate(pair_rows)]
     assert hits.tolist() == want_hits
-    assert torch.equal(z_pos, z[pair_rows])
+    assert torch.equal(batch.embeddings, z[pair_rows])
 
 
 # ------------------------------------------------------------------ the real XC reader
@@ -422,3 +421,31 @@ def test_the_xc_plugin_on_legacy_files_trains_what_the_in_memory_rows_train(prep
     want = json.loads(layout.metrics("zlpr").read_text())
     for key in ("P@1", "P@5", "PSP@1", "PSP@5", "macro_recall@5"):
         assert got["test"][key] == pytest.approx(want["test"][key], abs=1e-6)
+
+
+def test_the_report_of_a_multi_label_study(prepared) -> None:
+    """summary.md gets the XC columns, the multi-label legend, figure captions and a header
+    counting rows and labels per row; the figures are drawn."""
+    from tailkit.stages import report
+
+    params, layout = prepared
+    names = ["zlpr", "pal", "sampled"]
+    for name in names:
+        if not layout.metrics(name).exists():
+            train.run(params, layout, REGISTRY, name)
+            evaluate.run(params, layout, REGISTRY, name)
+    raw = _raw_params()
+    raw["experiments"] = {name: EXPERIMENTS[name] for name in names}
+    result = report.run(parse_params(raw, "test-params"), layout)
+    text = result.text
+    assert "12 labels, 480 training rows (" in text and "labels per row)." in text
+    header = next(line for line in text.splitlines() if line.startswith("| experiment |"))
+    assert "| P@1 | P@3 | P@5 | PSP@1 | PSP@3 | PSP@5 | macro R@5 |" in header
+    assert "Per-label recall@5 per many/medium/few group" in text
+    for name in names:
+        p_at_1 = json.loads(layout.metrics(name).read_text())["test"]["P@1"]
+        assert f"{100 * p_at_1:.2f}" in next(
+            line for line in text.splitlines() if line.startswith(f"| {name} |")
+        )
+    for figure in ("learning-curves.png", "groups.png", "per-class.png"):
+        assert (layout.figures / figure).read_bytes()[:4] == b"\x89PNG"

@@ -58,14 +58,34 @@ def read_curve(path: Path) -> dict[str, np.ndarray]:
     return {name: values[:, i] for i, name in enumerate(CURVE_COLUMNS)}
 
 
-def learning_curves_figure(curves: Mapping[str, Mapping[str, np.ndarray]], out: Path) -> Path:
-    """Validation accuracy and balanced accuracy against wall-clock seconds and against
-    step, one line per experiment (2 × 2 panels)."""
+#: Axis words for single-label studies and for multi-label ones (whose curve columns hold P@1
+#: and the label-averaged top-1 share, and whose per-class values are recall@5).
+AXES = {
+    False: {
+        "curves": ("validation accuracy", "balanced accuracy"),
+        "groups": "test accuracy (%)",
+        "classes": "test accuracy of the class (%)",
+    },
+    True: {
+        "curves": ("validation P@1", "label-averaged top-1 share"),
+        "groups": "per-label recall@5 (%)",
+        "classes": "recall@5 of the label (%)",
+    },
+}
+
+
+def learning_curves_figure(
+    curves: Mapping[str, Mapping[str, np.ndarray]], out: Path, multilabel: bool = False
+) -> Path:
+    """Validation accuracy and balanced accuracy (P@1 and the label-averaged top-1 share for
+    multi-label rows) against wall-clock seconds and against step, one line per experiment
+    (2 × 2 panels)."""
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey="row")
     colors = _colors(len(curves))
+    words = AXES[multilabel]["curves"]
     for row, (column, label) in enumerate(
-        (("val_accuracy", "validation accuracy"), ("val_balanced_accuracy", "balanced accuracy"))
+        zip(("val_accuracy", "val_balanced_accuracy"), words, strict=True)
     ):
         for col, x in enumerate(("seconds", "step")):
             ax = axes[row][col]
@@ -78,9 +98,12 @@ def learning_curves_figure(curves: Mapping[str, Mapping[str, np.ndarray]], out: 
     return _save(fig, out)
 
 
-def group_accuracy_figure(groups: Mapping[str, Mapping[str, float | None]], out: Path) -> Path:
-    """Grouped bars: test accuracy of each many/medium/few group (mean per-class accuracy),
-    one bar per experiment; a group with no classes is left empty."""
+def group_accuracy_figure(
+    groups: Mapping[str, Mapping[str, float | None]], out: Path, multilabel: bool = False
+) -> Path:
+    """Grouped bars: test accuracy of each many/medium/few group (mean per-class accuracy;
+    mean per-label recall@5 for multi-label rows), one bar per experiment; a group with no
+    classes is left empty."""
     plt = _pyplot()
     names = list(groups)
     width = 0.8 / max(len(names), 1)
@@ -91,7 +114,7 @@ def group_accuracy_figure(groups: Mapping[str, Mapping[str, float | None]], out:
         values = [np.nan if h is None else 100 * h for h in heights]
         ax.bar(x - 0.4 + (i + 0.5) * width, values, width, label=name, color=color)
     ax.set_xticks(x, [GROUP_TITLES[g] for g in GROUPS])
-    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylabel(AXES[multilabel]["groups"])
     ax.set_xlabel("classes by training rows")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -122,10 +145,12 @@ def binned_accuracy(
     return centres[keep], total[keep] / n[keep]
 
 
-def class_accuracy_figure(classes: Mapping[str, tuple[np.ndarray, np.ndarray]], out: Path) -> Path:
-    """Per-class test accuracy against the class's training count (log x): each class a faint
-    dot, each experiment a line through the mean over log-spaced count bins, with the
-    many/medium/few boundaries marked."""
+def class_accuracy_figure(
+    classes: Mapping[str, tuple[np.ndarray, np.ndarray]], out: Path, multilabel: bool = False
+) -> Path:
+    """Per-class test accuracy (recall@5 of a label for multi-label rows) against the class's
+    training count (log x): each class a faint dot, each experiment a line through the mean
+    over log-spaced count bins, with the many/medium/few boundaries marked."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8))
     low = min((c[c > 0].min() for c, _ in classes.values() if (c > 0).any()), default=1.0)
@@ -141,7 +166,7 @@ def class_accuracy_figure(classes: Mapping[str, tuple[np.ndarray, np.ndarray]], 
         ax.axvline(boundary, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xscale("log")
     ax.set_xlabel("training rows of the class (log scale)")
-    ax.set_ylabel("test accuracy of the class (%)")
+    ax.set_ylabel(AXES[multilabel]["classes"])
     ax.set_ylim(-2, 102)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -46,6 +46,11 @@ FIGURES = {
     "groups.png": "Test accuracy per many/medium/few group",
     "per-class.png": "Per-class test accuracy against training rows",
 }
+MULTILABEL_FIGURES = {
+    "learning-curves.png": "Learning curves: validation P@1 and label-averaged top-1 share",
+    "groups.png": "Per-label recall@5 per many/medium/few group",
+    "per-class.png": "Per-label recall@5 against training rows",
+}
 LEGEND = (
     "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
     f"> {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; balanced "
@@ -111,14 +116,14 @@ def write_plot_data(runs: list[Run], layout: Layout) -> dict[str, Any]:
     return {"curves": curves, "groups": groups, "classes": classes}
 
 
-def write_figures(data: dict[str, Any], layout: Layout) -> None:
+def write_figures(data: dict[str, Any], layout: Layout, multilabel: bool = False) -> None:
     for name, draw, key in (
         ("learning-curves.png", figures.learning_curves_figure, "curves"),
         ("groups.png", figures.group_accuracy_figure, "groups"),
         ("per-class.png", figures.class_accuracy_figure, "classes"),
     ):
         with atomic_path(layout.figures / name) as tmp:
-            draw(data[key], tmp)
+            draw(data[key], tmp, multilabel=multilabel)
 
 
 @dataclass(frozen=True)
@@ -131,16 +136,21 @@ class Report:
 def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
     meta = read_meta(layout.features)
     counts = meta["train_counts"]
-    header = (
-        f"# tailkit summary: {meta['dataset']['name']}\n\n"
-        f"{meta['num_classes']:,} classes, {sum(counts):,} training rows.\n"
-    )
+    if meta.get("multilabel"):
+        rows = meta["train_rows"]
+        size = f"{meta['num_classes']:,} labels, {rows:,} training rows"
+        size += f" ({sum(counts) / max(rows, 1):.2f} labels per row).\n"
+    else:
+        size = f"{meta['num_classes']:,} classes, {sum(counts):,} training rows.\n"
+    header = f"# tailkit summary: {meta['dataset']['name']}\n\n{size}"
     if not include_exps:
         runs = workspace_runs(params, layout)
         data = write_plot_data(runs, layout)
-        write_figures(data, layout)
+        multilabel = bool(meta.get("multilabel"))
+        write_figures(data, layout, multilabel)
+        captions = MULTILABEL_FIGURES if multilabel else FIGURES
         figure_links = "\n".join(
-            f"![{caption}](figures/{name})\n" for name, caption in FIGURES.items()
+            f"![{caption}](figures/{name})\n" for name, caption in captions.items()
         )
         text = "\n".join(
             [

@@ -38,7 +38,7 @@ from tailkit.evaluation.predict import predict
 from tailkit.labels import LabelSets
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.optim import RowSparseOptimizer
-from tailkit.training.output_layer import OutputLayer
+from tailkit.training.output_layer import OutputLayer, Rows
 
 CURVE_COLUMNS = ("step", "seconds", "loss", "val_accuracy", "val_balanced_accuracy")
 
@@ -84,12 +84,27 @@ def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[flo
     return float((top1 == y).mean()), float(recall[support > 0].mean())
 
 
-def _sampled_batch(layer, sampler, x, z, y, negatives, generator):
-    """The sampled-mode scores of a batch, and the labels, embeddings and hits the loss sees:
-    for multi-label ``y`` those of the (row, positive) pairs (module docstring)."""
+def sampled_input(
+    layer: OutputLayer,
+    sampler: Sampler,
+    x: torch.Tensor,
+    z: torch.Tensor,
+    y: torch.Tensor | LabelSets,
+    negatives: int,
+    generator: torch.Generator | None,
+    **context: Any,
+) -> tuple[LossInput, Rows]:
+    """A batch's sampled-mode :class:`LossInput` and the output rows it touches.
+
+    Negatives are drawn for each row (or shared by the batch) and only the positive and
+    negative rows of the output layer are scored. Multi-label ``y`` is taken as its
+    (row, positive) pairs, with every label of a pair's row marked as an accidental hit
+    (module docstring). ``context`` fills the remaining fields (``log_prior``, ``epoch``, …).
+    """
     pair_rows = None
     if isinstance(y, LabelSets):
-        pair_rows, y = y.pairs()
+        sets = y
+        pair_rows, y = sets.pairs()
         z = z.index_select(0, pair_rows)
     if sampler.conditions_on == "scores":
         # The model-based proposal sees the current scores, never the parameters.
@@ -100,7 +115,20 @@ def _sampled_batch(layer, sampler, x, z, y, negatives, generator):
     neg, neg_log_q = sampler.sample(given, y, negatives, generator)
     pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
     scored = layer.sampled(z, y, neg)
-    return scored, y, z, neg, neg_log_q, pos_log_q, pair_rows
+    batch = LossInput(
+        labels=y,
+        pos_logits=scored.pos,
+        neg_logits=scored.neg,
+        pos_log_q=pos_log_q,
+        neg_log_q=neg_log_q,
+        hits=scored.hits if pair_rows is None else sets.contains(pair_rows, neg),
+        neg_ids=neg,
+        num_negatives=neg.shape[-1],
+        sampler_conditional=sampler.conditional,
+        embeddings=z,
+        **context,
+    )
+    return batch, scored.rows
 
 
 def train(
@@ -206,23 +234,15 @@ def train(
         elif isinstance(y, LabelSets) and y.indices.numel() == 0:
             batch = None  # no (row, positive) pair to score: nothing to learn from
         else:
-            scored, pos, z_pos, neg, neg_log_q, pos_log_q, pair_rows = _sampled_batch(
-                layer, sampler, x, z, y, cfg.negatives, sample_gen
-            )
-            rows = scored.rows
-            hits = scored.hits if pair_rows is None else y.contains(pair_rows, neg)
-            batch = LossInput(
-                labels=pos,
-                pos_logits=scored.pos,
-                neg_logits=scored.neg,
-                pos_log_q=pos_log_q,
-                neg_log_q=neg_log_q,
-                hits=hits,
-                neg_ids=neg,
-                num_negatives=neg.shape[-1],
-                sampler_conditional=sampler.conditional,
+            batch, rows = sampled_input(
+                layer,
+                sampler,
+                x,
+                z,
+                y,
+                cfg.negatives,
+                sample_gen,
                 log_prior=ctx.log_prior,
-                embeddings=z_pos,
                 epoch=epoch,
                 step=step,
             )
