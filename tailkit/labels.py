@@ -163,13 +163,36 @@ class LabelSets:
     def contains(self, rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Whether ``ids[i, j]`` is one of row ``rows[i]``'s labels: bool, the shape of ``ids``
         ((P, m), or (m,) broadcast to (P, m) for a shared draw)."""
+        if ids.ndim == 1:
+            return self.contains_shared(ids).index_select(0, rows)
         c = self.num_classes
         own_rows, labels = self.pairs()
         keys = own_rows * c + labels  # sorted: rows ascending, ids sorted within a row
-        if ids.ndim == 1:
-            ids = ids.unsqueeze(0).expand(rows.numel(), -1)
         query = rows.unsqueeze(1) * c + ids
         if keys.numel() == 0:
             return torch.zeros(query.shape, dtype=torch.bool, device=query.device)
         pos = torch.searchsorted(keys, query).clamp(max=keys.numel() - 1)
         return keys[pos] == query
+
+    def contains_shared(self, ids: torch.Tensor) -> torch.Tensor:
+        """(N, m) bool: whether the shared draw's ``ids[j]`` is one of row i's labels.
+
+        Looks each row's labels up among the m sorted ids (a draw may repeat an id) instead of
+        each of the N·m (row, id) pairs among the labels: O((nnz + m) log m + N·m) with the
+        N·m term a plain fill, 5× less work than the pairwise search at m = 1024 (bench_multilabel).
+        """
+        out = torch.zeros(len(self), ids.numel(), dtype=torch.bool, device=ids.device)
+        own_rows, labels = self.pairs()
+        if labels.numel() == 0 or ids.numel() == 0:
+            return out
+        sorted_ids, order = ids.sort()
+        lo = torch.searchsorted(sorted_ids, labels)
+        found = torch.searchsorted(sorted_ids, labels, right=True) - lo
+        which = torch.repeat_interleave(torch.arange(labels.numel(), device=ids.device), found)
+        if which.numel() == 0:
+            return out
+        # The k-th copy of a label among the sorted ids sits at lo + k.
+        start = torch.cumsum(found, 0) - found
+        offset = torch.arange(which.numel(), device=ids.device) - start[which]
+        out[own_rows[which], order[lo[which] + offset]] = True
+        return out

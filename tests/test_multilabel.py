@@ -68,7 +68,7 @@ def test_contains_is_set_membership_for_per_row_and_shared_ids() -> None:
     got = sets.contains(rows, ids)
     want = [[int(v) in truth[int(r)] for v in row] for r, row in zip(rows, ids, strict=True)]
     assert got.tolist() == want
-    shared = torch.tensor([4, 0, 2])
+    shared = torch.tensor([4, 0, 4, 2, 0, 1])  # a draw with replacement repeats ids
     assert sets.contains(rows, shared).tolist() == [
         [int(v) in truth[int(r)] for v in shared] for r in rows
     ]

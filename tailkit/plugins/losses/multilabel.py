@@ -23,6 +23,11 @@ def _lse(x: torch.Tensor, dim: int) -> torch.Tensor:
     torch.logsumexp's backward is exp(x − out), which is NaN when every entry is −inf, and such
     slices are routine here (a row without positives, a class absent from a column).
     """
+    out = torch.logsumexp(x, dim=dim)
+    # logsumexp shifts by the max, so only an all −∞ slice gives −∞: when there is none (the
+    # usual case), the plain result and gradient are exact and the masking passes are skipped.
+    if not bool(torch.isneginf(out).any()):
+        return out
     empty = torch.isneginf(x).all(dim=dim, keepdim=True)
     out = torch.logsumexp(x.masked_fill(empty, 0.0), dim=dim)
     return out.masked_fill(empty.squeeze(dim), _NEG_INF)
@@ -212,7 +217,9 @@ class MultilabelCE(Loss):
         log_pos = _lse(torch.where(present, -s_pos, _NEG_INF), dim=1)
         pos_mass = _lse(torch.where(present, s_pos, _NEG_INF), dim=1)
         # threshold: the total includes e^{s₀} = 1, so the difference is log(1 + Σ_N e^{s}).
-        total = _lse(torch.cat([s, s.new_zeros(s.shape[0], 1)], dim=1) if self.threshold else s, 1)
+        total = _lse(s, 1)
+        if self.threshold:  # LSE over [s, 0] without copying the (B, C) scores
+            total = _log1p_exp(total)
         share = torch.where(torch.isneginf(pos_mass), _NEG_INF, pos_mass - total)
         # Clamping the exponent (not the log's result) keeps the gradient finite at the clamp.
         share = share.clamp(max=math.log1p(-self.eps))
