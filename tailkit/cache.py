@@ -90,7 +90,8 @@ class FeatureTable:
     sharing memory with the Arrow buffers in ``arrow`` (read-only in spirit: clone before
     modifying in place), or an (N, D) ``torch.sparse_csr_tensor`` of float32 with int32
     indices (``sparse``). ``labels`` are (N,) int64, or :class:`LabelSets` for multi-label
-    data; ``row_ids`` are (N,) int64. Columns not requested are ``None``. ``metadata`` is the JSON stored at write time, with ``dim`` and ``num_rows``.
+    data; ``row_ids`` are (N,) int64. Columns not requested are ``None``. ``metadata`` is the
+    JSON stored at write time, with ``dim`` and ``num_rows``.
     """
 
     x: torch.Tensor | None
@@ -200,9 +201,7 @@ def write_features(
     if isinstance(labels, LabelSets):
         if len(labels) != n:
             raise ValueError(f"{path}: label has {len(labels)} rows; x has {n}")
-        offsets = pa.array(labels.indptr.numpy().astype(np.int32))
-        ids = pa.array(labels.indices.numpy().astype(np.int32))
-        columns["label"] = pa.ListArray.from_arrays(offsets, ids, type=_list_type(pa.int32()))
+        columns["label"] = labels.to_arrow()
         facts = {"multilabel": True, "num_classes": labels.num_classes}
     for name, values in (("label", labels), ("row_id", row_ids)):
         if name in columns:
@@ -363,14 +362,8 @@ def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, n: int, dim: int) 
 
 
 def _label_sets(path: Path, column: pa.ListArray, meta: dict[str, Any]) -> LabelSets:
-    offsets = column.offsets.to_numpy(zero_copy_only=True).astype(np.int64)
-    if offsets.size == 0:  # an empty list array may have no offsets at all
-        offsets = np.zeros(1, dtype=np.int64)
-    ids = _values(path, "label", column).astype(np.int64)
     try:
-        return LabelSets(
-            torch.from_numpy(offsets - offsets[0]), torch.from_numpy(ids), int(meta["num_classes"])
-        )
+        return LabelSets.from_arrow(column, int(meta["num_classes"]))
     except (KeyError, ValueError) as exc:
         raise DataValidationError(f"{path}: bad multi-label column 'label' ({exc})") from exc
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import scipy.sparse as sp
 import torch
 
@@ -80,6 +81,26 @@ class LabelSets:
         indptr[1:] = np.cumsum([len(s) for s in sets])
         flat = np.fromiter((v for s in sets for v in s), dtype=np.int64, count=int(indptr[-1]))
         return cls(torch.from_numpy(indptr), torch.from_numpy(flat), num_classes)
+
+    @classmethod
+    def from_arrow(cls, column: pa.ListArray, num_classes: int) -> LabelSets:
+        """From a ``list<int32>`` column (a sliced array's offsets are rebased); a null id is a
+        ValueError."""
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        if offsets.size == 0:  # an empty list array may have no offsets at all
+            offsets = np.zeros(1, dtype=np.int64)
+        flat = column.flatten()
+        if flat.null_count:
+            raise ValueError(f"{flat.null_count} null label ids")
+        ids = flat.to_numpy().astype(np.int64)
+        return cls(torch.from_numpy(offsets - offsets[0]), torch.from_numpy(ids), num_classes)
+
+    def to_arrow(self) -> pa.ListArray:
+        """The ``list<int32>`` column the split and feature files store."""
+        offsets = pa.array(self.indptr.numpy().astype(np.int32))
+        ids = pa.array(self.indices.numpy().astype(np.int32))
+        element = pa.field("element", pa.int32(), nullable=False)
+        return pa.ListArray.from_arrays(offsets, ids, type=pa.list_(element))
 
     # ------------------------------------------------------------------ facts
 

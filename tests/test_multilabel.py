@@ -449,3 +449,14 @@ def test_the_report_of_a_multi_label_study(prepared) -> None:
         )
     for figure in ("learning-curves.png", "groups.png", "per-class.png"):
         assert (layout.figures / figure).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_label_recall_is_per_class_recall_for_one_label_per_row() -> None:
+    from tailkit.evaluation.metrics import label_recall, per_class_recall
+
+    rng = np.random.default_rng(4)
+    y, top1 = rng.integers(0, 7, 200), rng.integers(0, 7, 200)
+    got = label_recall(top1[:, None], (np.arange(201), y), 8)
+    want = per_class_recall(y, top1, 8)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[0], want[0], equal_nan=True)

@@ -179,6 +179,20 @@ def _csr_truth(true_labels, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
     return indptr, indices
 
 
+def label_recall(ranked: np.ndarray, true_labels, num_labels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per label: the share of the rows carrying it whose ranked labels (N, k) include it (NaN
+    where no row carries it), and the number of those rows — the multi-label counterpart of
+    :func:`per_class_recall` (the same for one label per row and k = 1). ``true_labels`` as in
+    :func:`ranking_metrics`."""
+    indptr, indices = _csr_truth(true_labels, ranked.shape[0])
+    rows = np.repeat(np.arange(ranked.shape[0]), np.diff(indptr))
+    found = (ranked[rows] == indices[:, None]).any(axis=1)
+    support = np.bincount(indices, minlength=num_labels)
+    hits = np.bincount(indices[found], minlength=num_labels)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return hits / support, support
+
+
 def ranking_metrics(
     ranked: np.ndarray,
     true_labels,

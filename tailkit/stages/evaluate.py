@@ -42,6 +42,7 @@ from tailkit.evaluation.metrics import (
     classification_metrics,
     expected_calibration_error,
     inverse_propensity,
+    label_recall,
     margin_summary,
     per_class_recall,
     propensity_constants,
@@ -93,22 +94,13 @@ def _ranking(
     return ranking_metrics(ranked, csr, len(counts), ks, q)
 
 
-def label_recall(ranked: np.ndarray, labels: LabelSets) -> tuple[np.ndarray, np.ndarray]:
-    """Per label: the share of its test rows whose ``ranked`` labels (N, k) include it (NaN
-    for a label without test rows), and its test rows."""
-    rows, ids = (t.numpy() for t in labels.pairs())
-    found = (ranked[rows] == ids[:, None]).any(axis=1)
-    support = labels.counts()
-    hits = np.bincount(ids[found], minlength=labels.num_classes)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return hits / support, support
-
-
 def _multilabel_metrics(
     preds: Predictions, labels: LabelSets, counts: np.ndarray, ranking: dict[str, float], loss
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """The ``test`` block of multi-label rows (module docstring), and the per-label recall@k
+    and test rows it was built from."""
     ranked = preds.topk.cpu().numpy()
-    recall, support = label_recall(ranked, labels)
+    recall, support = label_recall(ranked, labels.csr_pair(), labels.num_classes)
     present = support > 0
     k = ranked.shape[1]
     out: dict[str, Any] = {"rows": len(labels)}
@@ -126,7 +118,7 @@ def _multilabel_metrics(
         if confidence is None
         else expected_calibration_error(confidence.double().cpu().numpy(), correct)
     )
-    return out
+    return out, recall, support
 
 
 def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
@@ -177,10 +169,13 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
         label_chunk=params.evaluate.label_chunk,
     )
     train_summary = json.loads((model_dir / "train.json").read_text())
-    if isinstance(test.labels, LabelSets):
+    if multilabel:
         ranking = _ranking(adjusted, test.labels, counts, meta)
+        test_metrics, recall, support = _multilabel_metrics(
+            adjusted, test.labels, counts, ranking, loss
+        )
         metrics = {
-            "test": _multilabel_metrics(adjusted, test.labels, counts, ranking, loss),
+            "test": test_metrics,
             "ranking": ranking,
             "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
             "plugins": train_summary.get("plugins", {}),
@@ -188,8 +183,7 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
         if raw is not None:
             metrics["uncorrected"] = _multilabel_metrics(
                 raw, test.labels, counts, _ranking(raw, test.labels, counts, meta), loss
-            )
-        recall, support = label_recall(adjusted.topk.cpu().numpy(), test.labels)
+            )[0]
         _write_class_accuracy(layout.class_plot(experiment), recall, support, counts)
         write_json(layout.metrics(experiment), metrics)
         return metrics

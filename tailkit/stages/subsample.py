@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.components import RawData
@@ -219,12 +218,8 @@ def split_multilabel(
 
 
 def _write_split(path: Path, rows: np.ndarray, labels: np.ndarray | LabelSets) -> None:
-    if isinstance(labels, LabelSets):
-        offsets = pa.array(labels.indptr.numpy().astype(np.int32))
-        ids = pa.array(labels.indices.numpy().astype(np.int32))
-        column = pa.ListArray.from_arrays(offsets, ids)
-    else:
-        column = pa.array(labels, pa.int64())
+    multi = isinstance(labels, LabelSets)
+    column = labels.to_arrow() if multi else pa.array(labels, pa.int64())
     table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": column})
     pq.write_table(table, path, compression="zstd")
 
@@ -234,12 +229,7 @@ def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray | Lab
     table = pq.read_table(split_dir / f"{name}.parquet")
     column = table["label"].combine_chunks()
     if pa.types.is_list(column.type):
-        meta = read_meta(split_dir)
-        offsets = column.offsets.to_numpy().astype(np.int64)
-        ids = column.flatten().to_numpy().astype(np.int64)
-        labels = LabelSets(
-            torch.from_numpy(offsets - offsets[0]), torch.from_numpy(ids), meta["num_classes"]
-        )
+        labels = LabelSets.from_arrow(column, read_meta(split_dir)["num_classes"])
         return table["row_id"].to_numpy(), labels
     return table["row_id"].to_numpy(), column.to_numpy()
 

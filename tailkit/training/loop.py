@@ -33,7 +33,7 @@ import torch
 
 from tailkit.components import Encoder, Loss, LossInput, PredictionContext, Sampler
 from tailkit.errors import TrainingDivergedError
-from tailkit.evaluation.metrics import per_class_recall
+from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.evaluation.predict import predict
 from tailkit.labels import LabelSets
 from tailkit.training.checkpoint import Checkpointer
@@ -75,10 +75,8 @@ def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[flo
     top1 = preds.topk[:, 0].cpu()
     if multilabel:
         hit = y_val.contains(torch.arange(len(y_val)), top1.unsqueeze(1)).squeeze(1).numpy()
-        support = y_val.counts()
-        correct = np.bincount(top1.numpy()[hit], minlength=num_classes)
-        present = support > 0
-        return float(hit.mean()), float((correct[present] / support[present]).mean())
+        recall, support = label_recall(top1.numpy()[:, None], y_val.csr_pair(), num_classes)
+        return float(hit.mean()), float(recall[support > 0].mean())
     y, top1 = y_val.numpy(), top1.numpy()
     recall, support = per_class_recall(y, top1, num_classes)
     return float((top1 == y).mean()), float(recall[support > 0].mean())

