@@ -23,9 +23,9 @@ import math
 import numpy as np
 import torch
 
+from tailkit.experiment import build_optimizer
 from tailkit.registry import make_registry
 from tailkit.runtime import resolve_device
-from tailkit.stages.train import build_optimizer
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.output_layer import OutputLayer
 

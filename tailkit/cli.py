@@ -60,6 +60,17 @@ def cli() -> None:
 @cli.command()
 @params_option
 @quiet_option
+def fingerprint(params_path: Path, quiet: bool) -> None:
+    """Hash the source of every component params.yaml names into fingerprints/."""
+    from tailkit.stages import fingerprint as stage
+
+    records = _guard(lambda: stage.run(*_context(params_path, quiet)))
+    _say(quiet, f"fingerprint: {len(records['experiments'])} experiments -> fingerprints/")
+
+
+@cli.command()
+@params_option
+@quiet_option
 def download(params_path: Path, quiet: bool) -> None:
     """Fetch the dataset's raw files into data/raw/ (verified)."""
     from tailkit.stages import download as stage
@@ -98,8 +109,8 @@ def fit_sampler(params_path: Path, quiet: bool) -> None:
     """Fit every sampler named in params.samplers."""
     from tailkit.stages import fit_sampler as stage
 
-    report = _guard(lambda: stage.run(*_context(params_path, quiet)))
-    fitted = ", ".join(f"{k} ({v['fit_seconds']:.2f} s)" for k, v in report.items())
+    timings = _guard(lambda: stage.run(*_context(params_path, quiet)))
+    fitted = ", ".join(f"{k} ({v['fit_seconds']:.2f} s)" for k, v in timings.items())
     _say(quiet, f"fit-sampler: {fitted or 'no samplers'}")
 
 

@@ -123,7 +123,9 @@ class Sampler:
         """Fit on the training split. ``labels`` is (N,) int64; features (N, D) or None."""
 
     def fit_report(self) -> dict[str, Any]:
-        """Facts about the fit for ``metrics/sampler.json`` (JSON values); none by default."""
+        """Facts about the fit for ``metrics/sampler.json`` (JSON values); none by default.
+        Keys ending in ``_seconds`` are times: they go to ``metrics/timings/fit-sampler.json``
+        and must stay out of ``state_dict()``, whose bytes must not change between runs."""
         return {}
 
     def sample(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from tailkit.errors import DataValidationError
 
+TIMING_SUFFIX = "_seconds"  # a report key that holds a time belongs in a timing file
+
 
 def require(path: Path, producer: str) -> Path:
     """``path`` if it exists, else a one-line error naming the stage that writes it."""
@@ -23,8 +25,20 @@ class Layout:
     root: Path = Path()
 
     @property
+    def fingerprints(self) -> Path:
+        """The code fingerprints of the components params.yaml names (stages/fingerprint.py)."""
+        return self.root / "fingerprints"
+
+    def experiment_code(self, experiment: str) -> Path:
+        return self.fingerprints / "experiments" / f"{experiment}.json"
+
+    @property
     def raw(self) -> Path:
         return self.root / "data" / "raw"
+
+    def raw_data(self, dataset: str) -> Path:
+        """What the dataset plugin fetched: the directory its ``load`` reads."""
+        return self.raw / dataset
 
     @property
     def split(self) -> Path:
@@ -53,6 +67,12 @@ class Layout:
     @property
     def sampler_metrics(self) -> Path:
         return self.root / "metrics" / "sampler.json"
+
+    def timing(self, name: str) -> Path:
+        """Wall-clock times of a stage (``fit-sampler``, ``train/<exp>``, ``evaluate/<exp>``):
+        leaf files that only the report reads, apart from the quality metrics so that
+        ``dvc metrics diff --targets`` shows either alone."""
+        return self.root / "metrics" / "timings" / f"{name}.json"
 
     def curve(self, experiment: str) -> Path:
         return self.root / "plots" / "train" / f"{experiment}.tsv"

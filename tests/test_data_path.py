@@ -24,6 +24,7 @@ from tailkit.errors import DataValidationError, InvalidParameterError, PluginErr
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.registry import make_registry
+from tailkit.splits import read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
@@ -201,10 +202,10 @@ def test_cifar_lt_counts_through_the_subsample_stage(tmp_path: Path) -> None:
     assert meta["train_counts"] == CIFAR10_LT_100 and sum(meta["train_counts"]) == 12406
     assert meta["test_counts"] == [1000] * 10
     assert meta["val_counts"] == [0] + [500] * 9
-    test_rows, test_labels = subsample.read_split(layout.split, "test")
+    test_rows, test_labels = read_split(layout.split, "test")
     np.testing.assert_array_equal(test_rows, np.arange(50_000, 60_000))
     np.testing.assert_array_equal(test_labels, np.arange(10_000) % 10)
-    train_rows, _ = subsample.read_split(layout.split, "train")
+    train_rows, _ = read_split(layout.split, "train")
     assert train_rows.size == 12406 and train_rows.max() < 50_000
 
 
@@ -291,7 +292,7 @@ def test_resnet32_trains_and_evaluates_on_cached_images_through_the_stages(tmp_p
     summary = train.run(raw, layout, REGISTRY, "ce")
     assert summary["steps"] > 0
     # batches reach the model as uint8 (B, 6, 5, 3): it needs no shape from in_dim (= 90)
-    assert torch.load(layout.model("ce") / "model.pt", weights_only=False)["in_dim"] == 90
+    assert json.loads((layout.model("ce") / "model.json").read_text())["in_dim"] == 90
     metrics = evaluate.run(raw, layout, REGISTRY, "ce")
     assert metrics["test"]["rows"] == 40
     assert 0.0 <= metrics["test"]["accuracy"] <= 1.0

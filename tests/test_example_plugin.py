@@ -66,5 +66,9 @@ def test_a_pipeline_uses_the_plugin_loss_and_sampler(plugin_site, tmp_path):
     for name in ("smoothed", "mixed"):
         metrics = json.loads((project / "metrics" / f"{name}.json").read_text())
         assert metrics["test"]["accuracy"] > 3 / 30
-    plugins = json.loads((project / "data" / "models" / "mixed" / "plugins.json").read_text())
-    assert "example" in {p["name"] for p in plugins}
+    info = json.loads((project / "data" / "models" / "mixed" / "model.json").read_text())
+    assert info["plugins"]["sampler"] == "mixture (tailkit-plugin-example 0.1.0)"
+    # the plugin's source is what the experiment depends on, like a built-in's
+    code = json.loads((project / "fingerprints" / "experiments" / "mixed.json").read_text())
+    assert code["sampler"]["distribution"] == "tailkit-plugin-example"
+    assert "tailkit_plugin_example/__init__.py" in code["sampler"]["files"]

@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from tailkit import hookimpl
+from tailkit import hookimpl, tensorfile
 from tailkit.cache import read_features, write_features
 from tailkit.components import LossInput, RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
@@ -26,8 +26,8 @@ from tailkit.paths import Layout
 from tailkit.plugins.losses.decoupled import Decoupled
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.registry import make_registry
+from tailkit.splits import read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
-from tailkit.stages.subsample import read_split
 from tailkit.training.loop import sampled_input
 from tailkit.training.output_layer import OutputLayer
 
@@ -236,7 +236,7 @@ def test_a_single_label_full_loss_is_refused_naming_the_multi_label_losses(prepa
 
 def _dense_scores(params, layout: Layout, experiment: str) -> np.ndarray:
     """Test scores f(x) = W x + b of a trained linear model, all labels at once."""
-    state = torch.load(layout.model(experiment) / "model.pt", weights_only=False)
+    state = tensorfile.load(layout.model(experiment) / "model.safetensors")
     x = read_features(layout.features / "test.parquet").x
     w, b = state["layer"]["weight"], state["layer"]["bias"]
     return (x @ w.t() + b).numpy()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from tailkit.experiment import build_objective
 from tailkit.params import load_params
 from tailkit.registry import make_registry
-from tailkit.stages.train import build_objective
 
 STUDIES = sorted((Path(__file__).parents[1] / "examples" / "studies").glob("*.yaml"))
 

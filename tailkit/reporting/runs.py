@@ -88,17 +88,24 @@ def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _with_time(metrics: dict[str, Any], timing: dict[str, Any] | None) -> dict[str, Any]:
+    """The quality metrics with the training seconds of ``metrics/timings/train/<exp>.json``
+    under ``train.seconds``, where the report's tables look for them (the files stay apart so
+    that the metrics do not change when only the clock does)."""
+    if not timing or "seconds" not in timing:
+        return metrics
+    return {**metrics, "train": {**metrics.get("train", {}), "seconds": timing["seconds"]}}
+
+
 def workspace_runs(params: Params, layout: Layout) -> list[Run]:
-    """Every experiment of ``params`` with its ``metrics/<experiment>.json``."""
-    return [
-        Run(
-            name,
-            "",
-            params,
-            json.loads(require(layout.metrics(name), f"evaluate@{name}").read_text()),
-        )
-        for name in params.experiments
-    ]
+    """Every experiment of ``params`` with its ``metrics/<experiment>.json`` and its time."""
+    runs = []
+    for name in params.experiments:
+        metrics = json.loads(require(layout.metrics(name), f"evaluate@{name}").read_text())
+        timing_path = layout.timing(f"train/{name}")
+        timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
+        runs.append(Run(name, "", params, _with_time(metrics, timing)))
+    return runs
 
 
 def dvc_exp_show(root: Path) -> list[dict[str, Any]]:
@@ -116,9 +123,13 @@ def dvc_exp_show(root: Path) -> list[dict[str, Any]]:
 
 
 def _metrics_of(metrics: dict[str, Any] | None, experiment: str) -> dict[str, Any] | None:
-    """An experiment's metrics from exp show's ``{path: {"data": ...}}`` entries."""
-    entry = (metrics or {}).get(Layout().metrics(experiment).as_posix()) or {}
-    return entry.get("data") or None
+    """An experiment's metrics and time from exp show's ``{path: {"data": ...}}`` entries."""
+
+    def data(path: Path) -> dict[str, Any] | None:
+        return ((metrics or {}).get(path.as_posix()) or {}).get("data") or None
+
+    quality = data(Layout().metrics(experiment))
+    return quality and _with_time(quality, data(Layout().timing(f"train/{experiment}")))
 
 
 def _runs_of(entry: dict[str, Any], source: str, params_file: str) -> list[Run]:

@@ -14,10 +14,6 @@ from tailkit.paths import Layout
 from tailkit.registry import Registry
 
 
-def raw_dir(layout: Layout, params: Params) -> Path:
-    return layout.raw / params.dataset["name"]
-
-
 def run(params: Params, layout: Layout, registry: Registry) -> Path:
     dataset = registry.build("datasets", params.dataset, "dataset")
     name = params.dataset["name"]
@@ -26,4 +22,4 @@ def run(params: Params, layout: Layout, registry: Registry) -> Path:
         dest.mkdir()
         dataset.fetch(dest)
         write_json(tmp / "dataset.json", params.dataset)
-    return raw_dir(layout, params)
+    return layout.raw_data(name)

@@ -26,13 +26,14 @@ of training rows as N.
 
 from __future__ import annotations
 
-import json
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from tailkit.artifacts import load_model, load_sampler
 from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.components import Loss, PredictionContext
@@ -50,14 +51,13 @@ from tailkit.evaluation.metrics import (
     shot_groups,
 )
 from tailkit.evaluation.predict import Predictions, predict
+from tailkit.experiment import build_model, build_objective
 from tailkit.labels import LabelSets
 from tailkit.params import Params
-from tailkit.paths import Layout, require
+from tailkit.paths import Layout
 from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
-from tailkit.stages.fit_sampler import load_sampler
-from tailkit.stages.subsample import read_meta
-from tailkit.stages.train import build_model, build_objective
+from tailkit.splits import read_meta
 from tailkit.training.loop import log_prior_from_counts
 from tailkit.training.output_layer import OutputLayer
 
@@ -138,21 +138,27 @@ def _write_class_accuracy(path: Path, recall: np.ndarray, support: np.ndarray, c
 
 
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
+    start = time.perf_counter()
+    metrics = _evaluate(params, layout, registry, experiment)
+    seconds = round(time.perf_counter() - start, 3)
+    write_json(layout.timing(f"evaluate/{experiment}"), {"seconds": seconds})
+    return metrics
+
+
+def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict:
     device = resolve_device(params.base.device)
     loss, _ = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
-    model_dir = layout.model(experiment)
-    model_path = require(model_dir / "model.pt", f"train@{experiment}")
-    state = torch.load(model_path, map_location=device, weights_only=False)
-    encoder = build_model(params, experiment, registry, state["in_dim"])
+    state, info = load_model(layout.model(experiment), f"train@{experiment}", device)
+    encoder = build_model(params, experiment, registry, info["in_dim"])
     encoder.load_state_dict(state["encoder"])
     encoder, loss = encoder.to(device), loss.to(device)
     counts = np.asarray(meta["train_counts"])
     loss.setup(torch.as_tensor(counts, dtype=torch.float64, device=device))
     loss.load_state_dict(state["loss"])
-    layer = OutputLayer.for_loss(loss, state["num_classes"], encoder.out_dim, device=device)
+    layer = OutputLayer.for_loss(loss, info["num_classes"], encoder.out_dim, device=device)
     layer.load_state_dict(state["layer"])
-    sampler = load_sampler(registry, params, state["settings"]["sampler"], layout, device)
+    sampler = load_sampler(registry, params, info["settings"]["sampler"], layout, device)
     ctx = PredictionContext(log_prior=log_prior_from_counts(counts).to(device), sampler=sampler)
 
     test = read_features(layout.features / "test.parquet")
@@ -168,7 +174,6 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
         batch_size=params.evaluate.batch_size,
         label_chunk=params.evaluate.label_chunk,
     )
-    train_summary = json.loads((model_dir / "train.json").read_text())
     if multilabel:
         ranking = _ranking(adjusted, test.labels, counts, meta)
         test_metrics, recall, support = _multilabel_metrics(
@@ -177,8 +182,8 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
         metrics = {
             "test": test_metrics,
             "ranking": ranking,
-            "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
-            "plugins": train_summary.get("plugins", {}),
+            "train": {"steps": info["steps"]},
+            "plugins": info["plugins"],
         }
         if raw is not None:
             metrics["uncorrected"] = _multilabel_metrics(
@@ -195,10 +200,10 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     metrics: dict[str, Any] = {
         "test": _metrics(adjusted, labels, counts, loss),
         "ranking": _ranking(adjusted, labels, counts, meta),
-        "train": {k: train_summary[k] for k in ("seconds", "steps", "examples_per_second")},
+        "train": {"steps": info["steps"]},
         "margins": margins,
         "intra_class_distance": diameter_summary(diameters, counts),
-        "plugins": train_summary.get("plugins", {}),
+        "plugins": info["plugins"],
     }
     if raw is not None:
         metrics["uncorrected"] = _metrics(raw, labels, counts, loss)

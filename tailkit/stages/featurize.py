@@ -27,8 +27,7 @@ from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.progress import each
 from tailkit.registry import Registry
-from tailkit.stages.download import raw_dir
-from tailkit.stages.subsample import SPLITS, read_meta, read_split
+from tailkit.splits import SPLITS, read_meta, read_split
 
 
 def check_modality(featurizer: Any, params: Params, modality: str, registry: Registry) -> None:
@@ -84,7 +83,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         raise PluginError(
             f"featurizer {name!r} declares output {output!r}; expected one of {KINDS}"
         )
-    raw = dataset.load(raw_dir(layout, params))
+    raw = dataset.load(layout.raw_data(params.dataset["name"]))
     check_modality(featurizer, params, raw.modality, registry)
     meta = read_meta(layout.split)
     splits = {split: read_split(layout.split, split) for split in SPLITS}

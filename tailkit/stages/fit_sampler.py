@@ -2,10 +2,12 @@
 
 Each lands in ``data/sampler/<key>/`` (its config and fitted state); ``data/sampler/none/``
 stands for experiments without negatives, so every ``train@<experiment>`` can depend on exactly
-its own sampler directory. ``metrics/sampler.json`` records, per sampler, the fit time and the
-mean log q(y|x) of the true labels on the training and validation splits (log-likelihood per
-example), plus whatever the sampler's ``fit_report()`` adds (the tree: depth, k, split rule,
-PCA and tree-fit seconds, discrete rounds and Newton steps).
+its own sampler directory. ``metrics/sampler.json`` records, per sampler, the mean log q(y|x)
+of the true labels on the training and validation splits (log-likelihood per example), plus
+whatever the sampler's ``fit_report()`` adds (the tree: depth, k, split rule, discrete rounds
+and Newton steps). Times (the fit, and the report's ``*_seconds`` keys: the tree's PCA and
+tree-fit seconds) go to ``metrics/timings/fit-sampler.json`` only, so the quality metrics and
+the sampler state are the same bytes on every run.
 
 Multi-label rows are fitted as their (row, label) pairs, the pick-all-labels reduction training
 uses (:mod:`tailkit.labels`): a label's unigram count is the rows carrying it, and a conditional
@@ -20,16 +22,17 @@ from typing import Any
 
 import torch
 
+from tailkit.artifacts import save_sampler
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import read_features
 from tailkit.components import Sampler
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
 from tailkit.params import NO_SAMPLER, Params
-from tailkit.paths import Layout, require
+from tailkit.paths import TIMING_SUFFIX, Layout
 from tailkit.progress import each
 from tailkit.registry import Registry
-from tailkit.stages.subsample import read_meta
+from tailkit.splits import read_meta
 
 
 def _pairs(labels: torch.Tensor | LabelSets) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -61,19 +64,6 @@ def fit(sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, num
     sampler.fit(x, y, num_classes)
 
 
-def load_sampler(
-    registry: Registry, params: Params, key: str, layout: Layout, device: torch.device
-) -> Sampler | None:
-    """The fitted sampler ``key`` (None for ``none``), on ``device``."""
-    if key == NO_SAMPLER:
-        return None
-    sampler = registry.build("samplers", params.samplers[key], f"samplers.{key}")
-    path = require(layout.sampler(key) / "state.pt", "fit-sampler")
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    sampler.load_state_dict(state)
-    return sampler.to(device)
-
-
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     meta = read_meta(layout.features)
     train = read_features(layout.features / "train.parquet")
@@ -83,6 +73,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         for key, spec in params.samplers.items()
     }
     report: dict[str, Any] = {}
+    timings: dict[str, Any] = {}
     with atomic_dir(layout.samplers) as tmp:
         _write_config(tmp / NO_SAMPLER, {"name": NO_SAMPLER})
         for key, sampler in each(samplers.items(), "fit-sampler", unit="sampler"):
@@ -93,19 +84,24 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
                 raise DataValidationError(f"samplers.{key}: fit failed: {exc}") from exc
             fit_seconds = time.perf_counter() - start
             _write_config(tmp / key, params.samplers[key])
-            torch.save(sampler.state_dict(), tmp / key / "state.pt")
+            save_sampler(tmp / key, sampler)
             # A model-based proposal is the model itself: there is nothing to score before training.
             scored = sampler.conditions_on == "input"
+            fitted = sampler.fit_report()
             report[key] = {
-                "fit_seconds": round(fit_seconds, 4),
                 "train_log_likelihood": mean_log_prob(sampler, train.x, train.labels)
                 if scored
                 else None,
                 "val_log_likelihood": mean_log_prob(sampler, val.x, val.labels) if scored else None,
-                **sampler.fit_report(),
+                **{k: v for k, v in fitted.items() if not k.endswith(TIMING_SUFFIX)},
+            }
+            timings[key] = {
+                "fit_seconds": round(fit_seconds, 4),
+                **{k: v for k, v in fitted.items() if k.endswith(TIMING_SUFFIX)},
             }
     write_json(layout.sampler_metrics, report)
-    return report
+    write_json(layout.timing("fit-sampler"), timings)
+    return timings
 
 
 def _write_config(directory: Path, spec: dict[str, Any]) -> None:

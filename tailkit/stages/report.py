@@ -39,7 +39,7 @@ from tailkit.reporting.tables import (
     plugin_versions,
     settings_tables,
 )
-from tailkit.stages.subsample import read_meta
+from tailkit.splits import read_meta
 
 FIGURES = {
     "learning-curves.png": "Learning curves: validation accuracy and balanced accuracy",

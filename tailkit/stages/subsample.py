@@ -32,24 +32,18 @@ each label, and ``<split>_rows`` the rows (the N of the propensity model).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
 from tailkit.params import Params, SubsampleParams
-from tailkit.paths import Layout, require
+from tailkit.paths import Layout
 from tailkit.registry import Registry
-from tailkit.stages.download import raw_dir
-
-SPLITS = ("train", "val", "test")
+from tailkit.splits import SPLITS, write_split
 
 
 def _round_half_up(x: np.ndarray) -> np.ndarray:
@@ -217,29 +211,6 @@ def split_multilabel(
     return {name: out[name] for name in SPLITS}
 
 
-def _write_split(path: Path, rows: np.ndarray, labels: np.ndarray | LabelSets) -> None:
-    multi = isinstance(labels, LabelSets)
-    column = labels.to_arrow() if multi else pa.array(labels, pa.int64())
-    table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": column})
-    pq.write_table(table, path, compression="zstd")
-
-
-def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray | LabelSets]:
-    """Row ids and labels of a split: (N,) int64 ids, or :class:`LabelSets` for multi-label."""
-    table = pq.read_table(split_dir / f"{name}.parquet")
-    column = table["label"].combine_chunks()
-    if pa.types.is_list(column.type):
-        labels = LabelSets.from_arrow(column, read_meta(split_dir)["num_classes"])
-        return table["row_id"].to_numpy(), labels
-    return table["row_id"].to_numpy(), column.to_numpy()
-
-
-def read_meta(directory: Path) -> dict[str, Any]:
-    """The meta.json that subsample writes and featurize extends."""
-    producer = "featurize" if directory.name == "features" else "subsample"
-    return json.loads(require(directory / "meta.json", producer).read_text())
-
-
 def _labels(raw: RawData, where: str) -> np.ndarray | LabelSets:
     """The labels of ``raw``, checked: (N,) int64 ids, or :class:`LabelSets`."""
     if raw.multilabel:
@@ -264,7 +235,7 @@ def _labels(raw: RawData, where: str) -> np.ndarray | LabelSets:
 
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     dataset = registry.build("datasets", params.dataset, "dataset")
-    raw = dataset.load(raw_dir(layout, params))
+    raw = dataset.load(layout.raw_data(params.dataset["name"]))
     where = f"dataset {params.dataset['name']!r}"
     labels = _labels(raw, where)
     if isinstance(labels, LabelSets):
@@ -286,7 +257,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     with atomic_dir(layout.split) as tmp:
         for name in SPLITS:
             chosen = labels[rows[name]]
-            _write_split(tmp / f"{name}.parquet", rows[name], chosen)
+            write_split(tmp / f"{name}.parquet", rows[name], chosen)
             if isinstance(chosen, LabelSets):
                 meta[f"{name}_counts"] = chosen.counts().tolist()
                 meta[f"{name}_rows"] = len(chosen)

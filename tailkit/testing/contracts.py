@@ -20,7 +20,6 @@ registry's components of one kind into pytest parameters.
 from __future__ import annotations
 
 import inspect
-import io
 import math
 import os
 import tempfile
@@ -34,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from tailkit import tensorfile
 from tailkit.components import (
     MODALITIES,
     Dataset,
@@ -456,7 +456,7 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 def check_sampler(factory: Callable[..., Any] | Component, /, **options: Any) -> None:
     """A sampler fits, draws ids of the promised shape and dtype in [0, C) with the log q that
     ``log_prob`` reports, normalises, is deterministic per seed, and survives a
-    ``state_dict`` round trip (through ``torch.save``) and ``to(cpu)``.
+    ``state_dict`` round trip (through safetensors, as fit-sampler stores it) and ``to(cpu)``.
     """
     factory, label = _resolve(factory, "sampler")
     sampler = _build(factory, label, options)
@@ -545,16 +545,20 @@ def check_sampler(factory: Callable[..., Any] | Component, /, **options: Any) ->
         "two draws with generators of the same seed differ",
     )
 
-    buffer = io.BytesIO()
-    torch.save(sampler.state_dict(), buffer)
-    buffer.seek(0)
-    fresh = _build(factory, label, options)
-    fresh.load_state_dict(torch.load(buffer, weights_only=False))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "state.safetensors"
+        try:
+            tensorfile.save(path, sampler.state_dict())
+        except TypeError as exc:
+            _expect(False, label, f"state_dict() must hold only tensors and JSON values: {exc}")
+        fresh = _build(factory, label, options)
+        fresh.load_state_dict(tensorfile.load(path))
     restored = _draw(fresh, x, y)
     _expect(
         _same(restored[0], ids) and _same(restored[1], log_q),
         label,
-        "a fresh instance loaded from state_dict() (through torch.save) draws differently",
+        "a fresh instance loaded from state_dict() (through safetensors, as fit-sampler stores "
+        "it) draws differently",
     )
     _expect(
         _same(fresh.log_prob(x, torch.arange(C)), everything),

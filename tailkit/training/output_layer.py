@@ -129,13 +129,19 @@ class OutputLayer:
         if self.cosine_scale is not None:
             z, weight = self._cosine(z, weight)
             bias = torch.zeros_like(bias)
-        pos = (z * weight[pos_idx]).sum(-1) + bias[pos_idx]
+        # index_select, not weight[idx]: the backward of advanced indexing (index_put_ with
+        # accumulate) sums a repeated row's gradients in an order that depends on thread
+        # scheduling on CPU, so two runs differ in the last bits; index_select's (index_add_)
+        # does not.
+        pos = (z * weight.index_select(0, pos_idx)).sum(-1) + bias.index_select(0, pos_idx)
+        flat = neg_idx.reshape(-1)
+        w, b = weight.index_select(0, flat), bias.index_select(0, flat).view(neg_idx.shape)
         if neg.dim() == 1:
-            negative = torch.addmm(bias[neg_idx], z, weight[neg_idx].t())
+            negative = torch.addmm(b, z, w.t())
             hits = neg.unsqueeze(0) == labels.unsqueeze(1)
         else:
-            w = weight[neg_idx]  # (B, m, d)
-            negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + bias[neg_idx]
+            w = w.view(*neg_idx.shape, -1)  # (B, m, d)
+            negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + b
             hits = neg == labels.unsqueeze(1)
         return SampledLogits(pos, negative, hits, rows)
 

@@ -283,7 +283,8 @@ class TreeSampler(Sampler):
         return {
             "num_classes": self.num_classes,
             "depth": self.depth,
-            "report": self._report,
+            # The fit's times vary from run to run; the state a later stage reads must not.
+            "report": {k: v for k, v in self._report.items() if not k.endswith("_seconds")},
             **{k: v.cpu() for k, v in self._tables.items()},
         }
 

@@ -1,0 +1,87 @@
+"""How an experiment of ``params.experiments`` becomes objects: its loss, optimiser, encoder and
+the provenance of each component, shared by the train and evaluate stages (neither stage
+imports the other).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tailkit.errors import InvalidParameterError
+from tailkit.params import NO_SAMPLER, Params
+from tailkit.registry import Registry
+from tailkit.training.optim import OPTIMIZERS
+from tailkit.validation import validate_options
+
+
+def build_optimizer(spec: dict[str, Any], key: str):
+    name = spec.get("name")
+    if name not in OPTIMIZERS:
+        raise InvalidParameterError(
+            f"{key}.name: unknown optimizer {name!r}; available: {', '.join(OPTIMIZERS)}"
+        )
+    factory = OPTIMIZERS[name]
+    return factory(**validate_options(key, factory, {k: v for k, v in spec.items() if k != "name"}))
+
+
+def build_objective(params: Params, experiment: str, registry: Registry):
+    """Loss and optimiser of an experiment, checked against its sampler before any data is read."""
+    exp = params.experiment(experiment)
+    key = f"experiments.{experiment}"
+    loss = registry.build("losses", exp.loss, f"{key}.loss")
+    optimizer = build_optimizer(exp.optimizer, f"{key}.optimizer")
+    if loss.mode == "sampled" and exp.sampler == NO_SAMPLER:
+        raise InvalidParameterError(
+            f"{key}.sampler: loss {exp.loss['name']!r} needs negatives; name one of the "
+            "samplers (and set negatives)"
+        )
+    if exp.sampler != NO_SAMPLER and exp.negatives < 1:
+        factory = registry.get("samplers", params.samplers[exp.sampler]["name"], "").factory
+        if getattr(factory, "uses_negatives", True):
+            raise InvalidParameterError(
+                f"{key}.negatives: got {exp.negatives}; sampler {exp.sampler!r} draws "
+                "`negatives` per step, so it must be >= 1"
+            )
+    if loss.mode == "full" and exp.sampler != NO_SAMPLER:
+        raise InvalidParameterError(
+            f"{key}.sampler: got {exp.sampler!r}, but loss {exp.loss['name']!r} scores all "
+            "labels; set sampler: none"
+        )
+    return loss, optimizer
+
+
+def check_labels(loss, params: Params, experiment: str, meta: dict, registry: Registry) -> None:
+    """A one-line error when a full-mode loss that takes one label per row meets multi-label
+    data, naming the losses that take it (sampled losses all do, as (row, positive) pairs)."""
+    if not meta.get("multilabel") or loss.mode == "sampled" or loss.multilabel:
+        return
+    fits = [
+        c.name
+        for c in registry.components("losses")
+        if getattr(c.factory, "multilabel", False) or getattr(c.factory, "mode", "") == "sampled"
+    ]
+    name = params.experiment(experiment).loss["name"]
+    raise InvalidParameterError(
+        f"experiments.{experiment}.loss: loss {name!r} takes one label per row, but dataset "
+        f"{params.dataset['name']!r} is multi-label; losses for multi-label rows: "
+        f"{', '.join(fits) or '(none installed)'}"
+    )
+
+
+def build_model(params: Params, experiment: str, registry: Registry, in_dim: int):
+    exp = params.experiment(experiment)
+    return registry.build("models", exp.model, f"experiments.{experiment}.model", in_dim)
+
+
+def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> dict[str, str]:
+    """Which plugin distribution and version supplied each component of an experiment, so a
+    metrics file (and ``dvc metrics diff``) records the code behind every number."""
+    out = {
+        "dataset": registry.provenance("datasets", params.dataset),
+        "featurizer": registry.provenance("featurizers", params.featurize),
+        "model": registry.provenance("models", settings["model"]),
+        "loss": registry.provenance("losses", settings["loss"]),
+    }
+    if settings["sampler"] != NO_SAMPLER:
+        out["sampler"] = registry.provenance("samplers", params.samplers[settings["sampler"]])
+    return out

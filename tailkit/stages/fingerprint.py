@@ -1,0 +1,49 @@
+"""Stage ``fingerprint``: the code behind each component that params.yaml names, as files that
+the other stages depend on.
+
+DVC hashes only files inside the repository, and a third-party plugin's source lives in
+site-packages; depending on whole folders of built-ins ties every experiment to every loss. So
+this stage (``always_changed``: it is cheap and must see an edited or upgraded plugin) writes,
+per component, its distribution, version, factory and the hashes of the source files of its
+import closure (:mod:`tailkit.codehash`):
+
+* ``fingerprints/dataset.json``, ``fingerprints/featurizer.json``: what download, subsample and
+  featurize depend on;
+* ``fingerprints/samplers.json``: every sampler of ``params.samplers`` (fit-sampler);
+* ``fingerprints/experiments/<experiment>.json``: the experiment's loss, model and sampler
+  (train@ and evaluate@ of that experiment).
+
+A file changes only when the code it describes changes, so DVC re-runs exactly the stages
+whose components changed; installing an unrelated plugin changes none of them. The files are
+git-tracked, so ``git diff`` shows which component's code a result moved with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tailkit.atomic import atomic_dir, write_json
+from tailkit.codehash import component_fingerprint, experiment_code
+from tailkit.params import Params
+from tailkit.paths import Layout
+from tailkit.registry import Registry
+
+
+def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
+    def named(kind: str, spec: dict[str, Any], key: str) -> dict[str, Any]:
+        return component_fingerprint(registry.get(kind, spec.get("name"), f"{key}.name"))
+
+    records: dict[str, Any] = {
+        "dataset": named("datasets", params.dataset, "dataset"),
+        "featurizer": named("featurizers", params.featurize, "featurize"),
+        "samplers": {
+            key: named("samplers", spec, f"samplers.{key}") for key, spec in params.samplers.items()
+        },
+    }
+    experiments = {name: experiment_code(params, registry, name) for name in params.experiments}
+    with atomic_dir(layout.fingerprints) as tmp:
+        for name, record in records.items():
+            write_json(tmp / f"{name}.json", record)
+        for name, record in experiments.items():
+            write_json(tmp / "experiments" / f"{name}.json", record)
+    return {**records, "experiments": experiments}

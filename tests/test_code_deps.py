@@ -1,0 +1,142 @@
+"""Code as a dependency at the granularity of a component (tailkit/codehash.py, dvc.yaml)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tailkit import codehash
+from tailkit.registry import make_registry
+
+ROOT = Path(__file__).parents[1]
+STAGE_MODULES = {
+    "download": "download",
+    "subsample": "subsample",
+    "featurize": "featurize",
+    "fit-sampler": "fit_sampler",
+    "train": "train",
+    "evaluate": "evaluate",
+    "report": "report",
+}
+
+
+def _core_closure(stage_module: str) -> set[str]:
+    closure = codehash.import_closure(f"tailkit.stages.{stage_module}")
+    return {
+        "tailkit/" + name.removeprefix("tailkit.").replace(".", "/") + ".py"
+        for name in closure
+        if not name.startswith("tailkit.plugins.")
+    }
+
+
+@pytest.mark.parametrize("stage", sorted(STAGE_MODULES))
+def test_each_stage_depends_on_exactly_the_core_modules_it_imports(stage):
+    """Neither too broad (a folder, another stage's module) nor too narrow (a module the stage
+    imports but does not declare): the declared tailkit files are the stage's import closure."""
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"][stage]
+    deps = (spec.get("do") or spec)["deps"]
+    declared = {d for d in deps if d.startswith("tailkit")}
+    assert declared == _core_closure(STAGE_MODULES[stage])
+    # built-in components come in through their fingerprints, like third-party ones
+    assert not any(d.startswith("tailkit/plugins") for d in declared)
+    assert any(d.startswith("fingerprints/") for d in deps) or stage == "report"
+
+
+@pytest.mark.parametrize("stage", sorted(STAGE_MODULES))
+def test_no_stage_imports_another_stage(stage):
+    stages = {n for n in codehash.import_closure(f"tailkit.stages.{STAGE_MODULES[stage]}")}
+    assert {n for n in stages if n.startswith("tailkit.stages.")} == {
+        f"tailkit.stages.{STAGE_MODULES[stage]}"
+    }
+
+
+def _package(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_import_closure_follows_names_not_folders(tmp_path, monkeypatch):
+    """a imports b (relative), b imports c lazily; d is a sibling nobody imports; the package
+    __init__ (which would name every module) counts only when imported as a module."""
+    _package(
+        tmp_path,
+        {
+            "pkgx/__init__.py": "from pkgx import a, d\n",
+            "pkgx/a.py": "from .b import thing\nimport numpy\n",
+            "pkgx/b.py": "def thing():\n    from pkgx.sub import c\n    return c\n",
+            "pkgx/sub/__init__.py": "",
+            "pkgx/sub/c.py": "X = 1\n",
+            "pkgx/d.py": "Y = 2\n",
+            "pkgx/e.py": "from pkgx import VALUE\n",
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert set(codehash.import_closure("pkgx.a", tops=("pkgx",))) == {
+        "pkgx.a",
+        "pkgx.b",
+        "pkgx.sub.c",
+    }
+    # `from pkgx import VALUE` reads the package's __init__, and so what it imports
+    assert set(codehash.import_closure("pkgx.e", tops=("pkgx",))) == {
+        "pkgx.e",
+        "pkgx",
+        "pkgx.a",
+        "pkgx.b",
+        "pkgx.d",
+        "pkgx.sub.c",
+    }
+
+
+class _Component:
+    def __init__(self, factory, name="thing"):
+        self.factory, self.name = factory, name
+        self.distribution, self.version = "pkgy", "1.0"
+
+
+def test_component_fingerprint_moves_with_its_own_code_only(tmp_path, monkeypatch):
+    _package(
+        tmp_path,
+        {
+            "pkgy/__init__.py": "",
+            "pkgy/loss.py": "from pkgy.helper import h\nclass Loss:\n    pass\n",
+            "pkgy/helper.py": "def h():\n    return 1\n",
+            "pkgy/other.py": "class Other:\n    pass\n",
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import pkgy.loss
+
+    def fingerprint():
+        return codehash.component_fingerprint(_Component(pkgy.loss.Loss))
+
+    before = fingerprint()
+    assert set(before["files"]) == {"pkgy/loss.py", "pkgy/helper.py"}
+    assert before["factory"] == "pkgy.loss:Loss"
+    (tmp_path / "pkgy" / "other.py").write_text("class Other:\n    '''edited'''\n")
+    assert fingerprint() == before
+    (tmp_path / "pkgy" / "helper.py").write_text("def h():\n    return 2\n")
+    after = fingerprint()
+    assert after["sha256"] != before["sha256"]
+    assert after["files"]["pkgy/loss.py"] == before["files"]["pkgy/loss.py"]
+    sys.modules.pop("pkgy.loss", None)
+    sys.modules.pop("pkgy", None)
+
+
+def test_builtin_losses_do_not_share_each_others_source():
+    """Editing one built-in loss must not re-run another's experiments: no loss's closure
+    holds another loss's module unless it imports it (ELM builds on logit adjustment)."""
+    registry = make_registry()
+    closures = {
+        c.name: set(codehash.component_fingerprint(c)["files"])
+        for c in registry.components("losses")
+    }
+    softmax_file = "tailkit/plugins/losses/softmax.py"
+    assert softmax_file in closures["softmax"]
+    assert softmax_file not in closures["negative-sampling"]
+    assert "tailkit/plugins/losses/__init__.py" not in closures["softmax"]
+    assert "tailkit/plugins/losses/logit_adjusted.py" in closures["elm"]
