@@ -15,6 +15,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,19 @@ class Checkpointer:
         if not self.path.exists():
             return None
         try:
-            state = torch.load(self.path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            with warnings.catch_warnings():  # torch warns about a foreign pickle protocol
+                warnings.simplefilter("ignore")
+                state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
             raise DataValidationError(
-                f"{self.path}: not a tailkit checkpoint, refused without unpickling it "
-                f"({reason[:160]}); delete it to start {self.owner} afresh"
+                f"{self.path}: refused: it holds objects other than tensors and plain "
+                f"containers, which could run code if unpickled; delete it to start {self.owner} "
+                "afresh"
+            ) from exc
+        except (zipfile.BadZipFile, RuntimeError, EOFError, OSError) as exc:
+            raise DataValidationError(
+                f"{self.path}: not a readable checkpoint ({type(exc).__name__}); delete it to "
+                f"start {self.owner} afresh"
             ) from exc
         if not isinstance(state, dict) or state.get("key") != self.key:
             print(
