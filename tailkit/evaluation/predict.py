@@ -54,7 +54,11 @@ class _Accumulator:
         self.top_scores, self.top_ids = merge_topk(
             self.top_scores, self.top_ids, scores, start, self.top_scores.shape[1]
         )
-        self.lse = torch.logaddexp(self.lse, torch.logsumexp(scores, dim=1))
+        # The log-partition sums C terms: in float32 its last bits moved between runs (one
+        # thread's half of one block came out ~30 ulps off in some runs, the ranking never).
+        # Summed in float64 and rounded once, run-to-run noise stays far below float32's ulp.
+        part = torch.logsumexp(scores.double(), dim=1).to(scores.dtype)
+        self.lse = torch.logaddexp(self.lse, part)
         if labels is None:
             return
         local = labels - start
