@@ -29,9 +29,6 @@ class Layout:
         """The code fingerprints of the components params.yaml names (stages/fingerprint.py)."""
         return self.root / "fingerprints"
 
-    def experiment_code(self, experiment: str) -> Path:
-        return self.fingerprints / "experiments" / f"{experiment}.json"
-
     @property
     def raw(self) -> Path:
         return self.root / "data" / "raw"
