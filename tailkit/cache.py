@@ -44,8 +44,8 @@ only=True)`` views it, ``reshape(N, D)`` (``(N, H, W, 3)``) keeps the view, and
 ``torch.from_numpy`` shares it. torch warns that the array is not writable; we silence that one
 warning, because the buffers are private decoded memory (never the mmapped file), and document
 that the tensor must not be written in place. ``FixedSizeListArray.to_numpy`` itself would copy
-(apache/arrow #35622). Sparse features come back as a ``torch.sparse_csr_tensor`` over the
-lists' int32 offsets and values, also without a copy.
+(apache/arrow #35622). Sparse features come back as :class:`~tailkit.sparse.SparseRows` over the
+lists' int32 offsets and values, also without a copy, after :func:`~tailkit.sparse.check_rows`.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ import torch
 from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
+from tailkit.sparse import SparseRows, check_rows
 
 METADATA_KEY = b"tailkit"
 ROW_GROUP_SIZE = 65_536
@@ -73,9 +74,6 @@ ROW_GROUP_SIZE = 65_536
 COLUMNS = ("row_id", "label", "x")
 FeatureKind = Literal["dense", "image", "sparse"]
 KINDS: tuple[FeatureKind, ...] = ("dense", "image", "sparse")
-#: The kinds :func:`read_features` returns by default: those a (N, ...) tensor holds, which is
-#: what training, evaluation and sampler fits index batches from.
-TENSOR_KINDS: tuple[FeatureKind, ...] = ("dense", "image")
 # The leaf path of x's values; pyarrow's per-column encoding options need it.
 X_LEAF = "x.list.element"
 IDX_LEAF, VAL_LEAF = "idx.list.element", "val.list.element"
@@ -88,8 +86,8 @@ class FeatureTable:
 
     ``x`` by :attr:`kind`: (N, D) float32 (``dense``), (N, H, W, 3) uint8 (``image``), both
     sharing memory with the Arrow buffers in ``arrow`` (read-only in spirit: clone before
-    modifying in place), or an (N, D) ``torch.sparse_csr_tensor`` of float32 with int32
-    indices (``sparse``). ``labels`` are (N,) int64, or :class:`LabelSets` for multi-label
+    modifying in place), or an (N, D) :class:`~tailkit.sparse.SparseRows` of float32 values with
+    int32 ids (``sparse``). ``labels`` are (N,) int64, or :class:`LabelSets` for multi-label
     data; ``row_ids`` are (N,) int64. Columns not requested are ``None``. ``metadata`` is the
     JSON stored at write time, with ``dim`` and ``num_rows``.
     """
@@ -337,7 +335,7 @@ def _values(path: Path, name: str, array: pa.Array) -> np.ndarray:
     return flat.to_numpy(zero_copy_only=True)
 
 
-def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, n: int, dim: int) -> torch.Tensor:
+def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, n: int, dim: int) -> SparseRows:
     indptr = idx.offsets.to_numpy(zero_copy_only=True)
     if not np.array_equal(indptr, val.offsets.to_numpy(zero_copy_only=True)):
         raise DataValidationError(f"{path}: columns 'idx' and 'val' have different row lengths")
@@ -346,19 +344,11 @@ def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, n: int, dim: int) 
     elif indptr[0] != 0:  # a sliced array's offsets start where the slice does
         indptr = indptr - indptr[0]
     indices, values = _values(path, "idx", idx), _values(path, "val", val)
-    if indices.size and (indices.min() < 0 or indices.max() >= dim):
-        raise DataValidationError(f"{path}: column 'idx' has ids outside [0, {dim})")
-    with warnings.catch_warnings():
-        # torch calls CSR support beta and asks to opt in or out of invariant checks; the
-        # checks above are the ones that matter here, so skip torch's O(nnz) pass.
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(
-            _as_tensor(indptr),
-            _as_tensor(indices),
-            _as_tensor(values),
-            size=(n, dim),
-            check_invariants=False,
-        )
+    try:  # a file written by another tool may break CSR's rules; name the row
+        check_rows(indptr, indices, values, dim, str(path))
+    except ValueError as exc:
+        raise DataValidationError(str(exc)) from exc
+    return SparseRows(_as_tensor(indptr), _as_tensor(indices), _as_tensor(values), dim)
 
 
 def _label_sets(path: Path, column: pa.ListArray, meta: dict[str, Any]) -> LabelSets:
@@ -371,15 +361,15 @@ def _label_sets(path: Path, column: pa.ListArray, meta: dict[str, Any]) -> Label
 def read_features(
     path: str | Path,
     columns: Iterable[str] | None = None,
-    kinds: Collection[str] = TENSOR_KINDS,
+    kinds: Collection[str] = KINDS,
 ) -> FeatureTable:
     """Read a feature file; dense and image ``x`` is a zero-copy view of the Arrow buffer.
 
     ``columns`` picks a subset of ``row_id``, ``label``, ``x`` (e.g. ``["label"]`` for a
     sampler fit, which then never decodes ``x``); ``x`` means the feature columns of whatever
     kind the file holds. ``kinds`` are the feature kinds the caller handles: reading ``x`` of
-    another kind is a one-line :class:`DataValidationError` (the default refuses sparse
-    features, which no batch-indexing reader supports yet). A missing or corrupt file, a column
+    another kind is a one-line :class:`DataValidationError` (by default every kind is read).
+    A missing or corrupt file, a column
     the file lacks or with the wrong type, or data disagreeing with its metadata raises
     :class:`DataValidationError` naming ``path``.
     """
@@ -394,9 +384,8 @@ def read_features(
     kind: FeatureKind = meta.get("kind", "dense")
     if "x" in wanted and kind not in kinds:
         raise DataValidationError(
-            f"{path}: holds {kind} features, but this stage reads only {' or '.join(kinds)} "
-            "features for now; choose a featurizer with dense output (tfidf-svd for sparse "
-            "inputs)"
+            f"{path}: holds {kind} features, but this reader takes only "
+            f"{' or '.join(kinds)} features"
         )
     multilabel = bool(meta.get("multilabel", False))
     expected = _expected_types(kind, dim, multilabel)

@@ -268,10 +268,19 @@ class Loss(torch.nn.Module):
 class Encoder(torch.nn.Module):
     """Φ: maps input features (B, D) to embeddings (B, d); ``out_dim`` is d.
 
-    The output layer (C × d, row-sparse) belongs to the core, not to the model.
+    The output layer (C × d, row-sparse) belongs to the core, not to the model. ``input_kind``
+    says which cached features it reads: ``"dense"`` (B, D) float32 rows, ``"image"`` (B, H, W,
+    3) uint8 pixels, or ``"sparse"`` :class:`~tailkit.sparse.SparseRows`
+    (:func:`model_input_kind`).
     """
 
     out_dim: int
+    input_kind: ClassVar[str] = "dense"
+
+
+def model_input_kind(model: Any) -> str:
+    """The feature kind a model (class or instance) reads; dense when it declares none."""
+    return getattr(model, "input_kind", "dense")
 
 
 class CorrectsAtPrediction:

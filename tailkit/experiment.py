@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tailkit.components import model_input_kind
 from tailkit.errors import InvalidParameterError
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.registry import Registry
@@ -68,9 +69,25 @@ def check_labels(loss, params: Params, experiment: str, meta: dict, registry: Re
     )
 
 
-def build_model(params: Params, experiment: str, registry: Registry, in_dim: int):
+def build_model(
+    params: Params, experiment: str, registry: Registry, in_dim: int, kind: str | None = None
+):
+    """The experiment's encoder for ``in_dim`` inputs; with ``kind`` (the cached features'
+    kind), a model that reads another kind is a one-line error naming the models that fit."""
     exp = params.experiment(experiment)
-    return registry.build("models", exp.model, f"experiments.{experiment}.model", in_dim)
+    key = f"experiments.{experiment}.model"
+    if kind is not None:
+        reads = model_input_kind(registry.get("models", exp.model["name"], f"{key}.name").factory)
+        if reads != kind:
+            fits = [
+                c.name for c in registry.components("models") if model_input_kind(c.factory) == kind
+            ]
+            raise InvalidParameterError(
+                f"{key}: model {exp.model['name']!r} reads {reads} features, but featurizer "
+                f"{params.featurize['name']!r} writes {kind} ones; models for {kind} features: "
+                f"{', '.join(fits) or '(none installed)'}"
+            )
+    return registry.build("models", exp.model, key, in_dim)
 
 
 def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> dict[str, str]:

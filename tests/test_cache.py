@@ -15,6 +15,7 @@ import torch
 
 from tailkit.cache import KINDS, ROW_GROUP_SIZE, read_features, read_metadata, write_features
 from tailkit.errors import DataValidationError
+from tailkit.sparse import SparseRows
 
 
 def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -241,18 +242,18 @@ def test_sparse_round_trip_and_metadata(tmp_path: Path) -> None:
     expected = {"featurizer": "bow", "kind": "sparse", "dim": 30, "nnz": x.nnz, "num_rows": 200}
     assert read_metadata(path) == expected
     table = read_features(path, kinds=KINDS)
-    assert table.x.layout == torch.sparse_csr and tuple(table.x.shape) == (200, 30)
+    assert isinstance(table.x, SparseRows) and tuple(table.x.shape) == (200, 30)
     assert (table.kind, table.shape) == ("sparse", (200, 30))
-    assert table.x.values().dtype == torch.float32
-    np.testing.assert_array_equal(table.x.crow_indices().numpy(), x.indptr)
-    np.testing.assert_array_equal(table.x.col_indices().numpy(), x.indices)
-    np.testing.assert_array_equal(table.x.values().numpy(), x.data)
+    assert table.x.values.dtype == torch.float32
+    np.testing.assert_array_equal(table.x.indptr.numpy(), x.indptr)
+    np.testing.assert_array_equal(table.x.indices.numpy(), x.indices)
+    np.testing.assert_array_equal(table.x.values.numpy(), x.data)
     np.testing.assert_array_equal(table.x.to_dense().numpy(), x.toarray())
     np.testing.assert_array_equal(table.labels.numpy(), labels)
     # the row pointer and values are the decoded Arrow buffers, not copies
     idx = table.arrow.column("idx").chunk(0)
-    assert table.x.crow_indices().data_ptr() == idx.offsets.buffers()[1].address
-    assert table.x.col_indices().data_ptr() == idx.values.buffers()[1].address
+    assert table.x.indptr.data_ptr() == idx.offsets.buffers()[1].address
+    assert table.x.indices.data_ptr() == idx.values.buffers()[1].address
 
 
 def test_sparse_encoding_and_canonical_rows(tmp_path: Path) -> None:
@@ -264,7 +265,7 @@ def test_sparse_encoding_and_canonical_rows(tmp_path: Path) -> None:
     path = tmp_path / "f.parquet"
     write_features(path, x, np.array([0, 1]), np.array([0, 1]), {})
     table = read_features(path, kinds=KINDS)
-    assert table.x.col_indices().tolist() == [1, 3, 0]
+    assert table.x.indices.tolist() == [1, 3, 0]
     np.testing.assert_array_equal(table.x.to_dense().numpy(), x.toarray())
     encodings = {
         c.path_in_schema: c.encodings
@@ -279,21 +280,21 @@ def test_sparse_empty_and_multi_row_group(tmp_path: Path) -> None:
     empty = np.zeros(0, np.int64)
     write_features(path, sp.csr_matrix((0, 4), dtype=np.float32), empty, empty, {})
     table = read_features(path, kinds=KINDS)
-    assert tuple(table.x.shape) == (0, 4) and table.x.crow_indices().tolist() == [0]
+    assert tuple(table.x.shape) == (0, 4) and table.x.indptr.tolist() == [0]
     n = ROW_GROUP_SIZE + 7
     x = _csr(n, 6, seed=1)
     path = tmp_path / "big.parquet"
     write_features(path, x, np.zeros(n, np.int64), np.arange(n), {})
     got = read_features(path, kinds=KINDS).x
-    np.testing.assert_array_equal(got.crow_indices().numpy(), x.indptr)
-    np.testing.assert_array_equal(got.col_indices().numpy(), x.indices)
+    np.testing.assert_array_equal(got.indptr.numpy(), x.indptr)
+    np.testing.assert_array_equal(got.indices.numpy(), x.indices)
 
 
-def test_sparse_is_refused_by_default_but_labels_read(tmp_path: Path) -> None:
+def test_a_reader_can_refuse_sparse_but_labels_read(tmp_path: Path) -> None:
     path = tmp_path / "f.parquet"
     write_features(path, _csr(10, 4), np.arange(10), np.arange(10), {})
-    with pytest.raises(DataValidationError, match=r"sparse features.*tfidf-svd") as info:
-        read_features(path)
+    with pytest.raises(DataValidationError, match=r"holds sparse features.*only dense") as info:
+        read_features(path, kinds=("dense",))
     assert str(path) in str(info.value) and "\n" not in str(info.value)
     table = read_features(path, columns=["label"])
     assert table.x is None and table.labels.tolist() == list(range(10))

@@ -47,6 +47,8 @@ def test_plugins_prints_json_of_builtin_plugins():
         "linear",
         "mlp",
         "resnet32",
+        "sparse-linear",
+        "sparse-mlp",
     ]
     assert plugins["tailkit.losses"]["distribution"] == "tailkit"
     assert plugins["tailkit.losses"]["version"]

@@ -20,7 +20,7 @@ import torch
 from tailkit import hookimpl
 from tailkit.cache import KINDS, read_features
 from tailkit.components import RawData
-from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
+from tailkit.errors import InvalidParameterError, PluginError
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.registry import make_registry
@@ -131,7 +131,7 @@ def _plugin():
 REGISTRY = make_registry(extra_plugins=[("test-data-path", _plugin())])
 
 
-def _params(dataset, featurize="identity", **subsample):
+def _params(dataset, featurize="identity", model="linear", **subsample):
     return parse_params(
         {
             "dataset": dataset,
@@ -141,6 +141,7 @@ def _params(dataset, featurize="identity", **subsample):
                 "softmax": {
                     "loss": {"name": "softmax"},
                     "sampler": "none",
+                    "model": model if isinstance(model, dict) else {"name": model},
                     "optimizer": {"name": "adagrad", "lr": 0.1},
                 }
             },
@@ -221,9 +222,7 @@ def test_sparse_inputs_through_tfidf_svd_into_the_dense_cache(tmp_path: Path) ->
     assert torch.isfinite(test.x).all()
 
 
-def test_sparse_features_are_cached_as_idx_val_and_refused_by_dense_readers(
-    tmp_path: Path,
-) -> None:
+def test_sparse_features_are_cached_as_idx_val_and_train_a_sparse_model(tmp_path: Path) -> None:
     params = _params("tiny-xc", "sparse-identity")
     layout = _prepare(tmp_path, params)
     meta = featurize.run(params, layout, REGISTRY)
@@ -233,9 +232,18 @@ def test_sparse_features_are_cached_as_idx_val_and_refused_by_dense_readers(
     table = read_features(path, kinds=KINDS)
     rows = table.row_ids.numpy()
     np.testing.assert_array_equal(table.x.to_dense().numpy(), raw.inputs[rows].toarray())
-    # train, evaluate and fit-sampler read with the default kinds: a clear one-line refusal
-    with pytest.raises(DataValidationError, match=r"holds sparse features.*tfidf-svd"):
-        read_features(path)
+    # a dense model on sparse features: one line naming the models that read them, no model
+    with pytest.raises(InvalidParameterError) as info:
+        train.run(params, layout, REGISTRY, "softmax")
+    message = str(info.value)
+    assert message.startswith("experiments.softmax.model: model 'linear' reads dense features")
+    assert "sparse-linear, sparse-mlp" in message and "\n" not in message
+    assert not layout.model("softmax").exists()
+    # the sparse encoder trains and is evaluated on the same cache
+    sparse = _params("tiny-xc", "sparse-identity", {"name": "sparse-linear", "dim": 8})
+    train.run(sparse, layout, REGISTRY, "softmax")
+    metrics = evaluate.run(sparse, layout, REGISTRY, "softmax")
+    assert metrics["test"]["rows"] == 30 and metrics["train"]["steps"] > 0
 
 
 def test_multi_label_rows_keep_their_label_sets_through_featurize(tmp_path: Path) -> None:

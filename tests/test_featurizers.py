@@ -14,10 +14,12 @@ from sklearn.decomposition import TruncatedSVD
 from tailkit.components import Featurizer
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.plugins.featurizers import rff as rff_module
+from tailkit.plugins.featurizers.geocells import GeoCells
 from tailkit.plugins.featurizers.identity import Identity
 from tailkit.plugins.featurizers.pca import PCA
 from tailkit.plugins.featurizers.pixels import Pixels
 from tailkit.plugins.featurizers.rff import RandomFourierFeatures
+from tailkit.plugins.featurizers.tfidf import Tfidf
 from tailkit.plugins.featurizers.tfidf_svd import TfidfSVD
 from tailkit.registry import make_registry
 from tailkit.testing import ContractError, check_featurizer
@@ -111,6 +113,8 @@ def test_every_builtin_featurizer_declares_what_it_accepts_and_outputs() -> None
         "pca": (("dense",), "dense"),
         "tfidf-svd": (("sparse", "dense"), "dense"),
         "pixels": (("image",), "image"),
+        "tfidf": (("sparse",), "sparse"),
+        "geocells": (("dense",), "sparse"),
     }
 
 
@@ -123,6 +127,8 @@ def test_every_builtin_featurizer_declares_what_it_accepts_and_outputs() -> None
         (TfidfSVD(), np.zeros((4, 8, 8, 3), np.uint8), r"'tfidf-svd'.*uint8 array of shape"),
         (PCA(), sp.csr_matrix(np.eye(3)), r"'pca' accepts dense.*sparse csr matrix"),
         (PCA(), np.zeros((4, 8, 8, 3), np.uint8), r"'pca'.*\(4, 8, 8, 3\)"),
+        (Tfidf(), np.zeros((4, 8), np.float32), r"'tfidf' accepts sparse.*float32 array of"),
+        (GeoCells(), np.zeros((4, 5), np.float32), r"'geocells' accepts \(N, 3\).*\(4, 5\)"),
     ],
 )
 def test_the_wrong_input_kind_is_a_one_line_error(featurizer, inputs, match: str) -> None:

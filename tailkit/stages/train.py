@@ -47,7 +47,7 @@ def run(
     loss, optimizer = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
     check_labels(loss, params, experiment, meta, registry)
-    encoder = build_model(params, experiment, registry, meta["dim"])
+    encoder = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     train_set = read_features(layout.features / "train.parquet")
     val_set = read_features(layout.features / "val.parquet")
     sampler = load_sampler(registry, params, settings["sampler"], layout, device)

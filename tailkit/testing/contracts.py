@@ -46,9 +46,11 @@ from tailkit.components import (
     Sampler,
     featurizer_accepts,
     featurizer_output,
+    model_input_kind,
 )
 from tailkit.errors import InvalidParameterError, TailkitError
 from tailkit.registry import KINDS, SINGULAR, Component, Registry, get_registry, make_registry
+from tailkit.sparse import SparseRows
 from tailkit.validation import Interval, Options, check_value, option_signature, validate_options
 
 __all__ = [
@@ -715,10 +717,13 @@ def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> N
     differentiable, whose state_dict restores the same function in a fresh instance.
 
     A model whose class declares ``input_kind = "image"`` is built with ``in_dim`` = (H, W, 3)
-    and fed uint8 pixels (B, H, W, 3) instead of float rows.
+    and fed uint8 pixels (B, H, W, 3) instead of float rows; one with ``input_kind =
+    "sparse"`` is fed :class:`~tailkit.sparse.SparseRows` (with an empty row among them), and
+    its output must equal the same model on the rows one at a time (a batch must not mix rows).
     """
     factory, label = _resolve(factory, "model")
-    image = getattr(factory, "input_kind", "features") == "image"
+    kind = model_input_kind(factory)
+    image = kind == "image"
     in_dim = IMAGE_SHAPE if image else IN_DIM
     model = _build(factory, label, options, in_dim)
     _expect(isinstance(model, Encoder), label, f"built a {type(model).__name__}, not an Encoder")
@@ -731,6 +736,8 @@ def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> N
     gen = torch.Generator().manual_seed(SEED)
     if image:
         x = torch.randint(0, 256, (B, *IMAGE_SHAPE), generator=gen, dtype=torch.uint8)
+    elif kind == "sparse":
+        x = _sparse_rows(gen)
     else:
         x = torch.randn(B, IN_DIM, generator=gen, requires_grad=True)
     z = model(x)
@@ -743,10 +750,22 @@ def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> N
     _expect(z.is_floating_point() and _finite(z), label, "forward gave non-finite embeddings")
     _expect(z.requires_grad, label, "the embeddings are not differentiable")
     z.sum().backward()
-    for name, grad in [("input", x.grad)] + [
+    for name, grad in [("input", getattr(x, "grad", None))] + [
         (n, p.grad) for n, p in model.named_parameters() if p.requires_grad
     ]:
+        if grad is not None and grad.is_sparse:
+            grad = grad.coalesce().values()
         _expect(grad is None or _finite(grad), label, f"the gradient on {name} is not finite")
+    if kind == "sparse":
+        model.eval()
+        with torch.no_grad():
+            one_by_one = torch.cat([model(x[i : i + 1]) for i in range(B)])
+            _expect(
+                torch.allclose(model(x), one_by_one, rtol=1e-5, atol=1e-6),
+                label,
+                "a batch of sparse rows gives other embeddings than its rows one at a time",
+            )
+        model.train()
     fresh = _build(factory, label, options, in_dim)
     fresh.load_state_dict(model.state_dict())
     model.eval()
@@ -757,6 +776,17 @@ def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> N
             label,
             "a fresh instance loaded from state_dict() computes different embeddings",
         )
+
+
+def _sparse_rows(gen: torch.Generator) -> SparseRows:
+    """B rows over IN_DIM columns, 1–4 sorted ids each, row 1 empty."""
+    lengths = torch.randint(1, 5, (B,), generator=gen)
+    lengths[1] = 0
+    indices = torch.cat(
+        [torch.randperm(IN_DIM, generator=gen)[: int(n)].sort().values for n in lengths]
+    )
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    return SparseRows(indptr, indices, torch.rand(len(indices), generator=gen) + 0.1, IN_DIM)
 
 
 # --- datasets ---------------------------------------------------------------------------------

@@ -164,6 +164,11 @@ def train(
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
         sparse=loss.mode == "sampled",
+        sparse_encoder=any(
+            getattr(m, "sparse", False)
+            for m in encoder.modules()
+            if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)
+        ),
         owner=f"experiments.{cfg.experiment}.optimizer",
     )
     transform = getattr(encoder, "train_transform", None)

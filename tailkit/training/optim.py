@@ -76,16 +76,24 @@ class RowSparseOptimizer:
         steps_per_epoch: int = 1,
         total_steps: int | None = None,
         sparse: bool = False,
+        sparse_encoder: bool = False,
         owner: str = "optimizer",
     ) -> None:
         """Allocate state for ``layer``; build the dense optimiser for the encoder.
 
         ``steps_per_epoch`` and ``total_steps`` place the schedule's epochs and its end;
-        ``sparse`` says the loss is sampled (row-sparse steps); ``owner`` is the params key of
-        this optimiser for error messages.
+        ``sparse`` says the loss is sampled (row-sparse steps); ``sparse_encoder`` that some
+        encoder parameter gets sparse gradients (an ``EmbeddingBag`` input layer); ``owner`` is
+        the params key of this optimiser for error messages.
         """
         if sparse:
             self._check_sparse(owner)
+        if sparse_encoder and getattr(self, "weight_decay", 0) > 0:
+            raise InvalidParameterError(
+                f"{owner}.weight_decay: the model's sparse input layer gets sparse gradients, "
+                "which torch's weight decay does not take; set weight_decay: 0 or the model's "
+                "sparse_grad: false"
+            )
         self.layer = layer
         self.steps_per_epoch = max(int(steps_per_epoch), 1)
         self.total_steps = total_steps

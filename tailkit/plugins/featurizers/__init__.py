@@ -17,14 +17,18 @@ from tailkit.hookspecs import hookimpl
 
 @hookimpl
 def register_featurizers(register):
+    from tailkit.plugins.featurizers.geocells import GeoCells
     from tailkit.plugins.featurizers.identity import Identity
     from tailkit.plugins.featurizers.pca import PCA
     from tailkit.plugins.featurizers.pixels import Pixels
     from tailkit.plugins.featurizers.rff import RandomFourierFeatures
+    from tailkit.plugins.featurizers.tfidf import Tfidf
     from tailkit.plugins.featurizers.tfidf_svd import TfidfSVD
 
+    register("geocells", GeoCells)
     register("identity", Identity)
     register("pca", PCA)
     register("pixels", Pixels)
     register("rff", RandomFourierFeatures)
+    register("tfidf", Tfidf)
     register("tfidf-svd", TfidfSVD)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from tailkit.components import Sampler
+from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
 # numba and scikit-learn (~2 s of imports) are imported where they are used, not here: every
@@ -68,6 +69,7 @@ class TreeSampler(Sampler):
         self._report: dict[str, Any] = {}
         self._tables: dict[str, torch.Tensor] = {}
         self._dense_cache: tuple[torch.Tensor, int, torch.Tensor] | None = None
+        self._sparse_map: tuple[torch.Tensor, torch.Tensor] | None = None  # (Tᵀ, μ·Tᵀ)
 
     # --- fitting ---------------------------------------------------------------------------
 
@@ -77,7 +79,10 @@ class TreeSampler(Sampler):
             raise ValueError("the tree sampler needs the training features (it is conditional)")
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-        x = features.detach().to("cpu", torch.float32).numpy()
+        if isinstance(features, SparseRows):
+            x = features.to("cpu").to_scipy()
+        else:
+            x = features.detach().to("cpu", torch.float32).numpy()
         y = labels.detach().reshape(-1).to("cpu", torch.int64).numpy()
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"{x.shape[0]} feature rows but {y.shape[0]} labels")
@@ -111,6 +116,7 @@ class TreeSampler(Sampler):
             "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
         }
         self._dense_cache = None
+        self._sparse_map = None
         self._warm_up()
         self._report = {
             "depth": tree.depth,
@@ -132,13 +138,23 @@ class TreeSampler(Sampler):
             raise RuntimeError("TreeSampler: call fit (or load_state_dict) before sampling")
         return self._tables[name]
 
-    def whiten(self, x: torch.Tensor) -> torch.Tensor:
-        """x̃ = (x − μ) Tᵀ, the k-dim features the tree routes on, float32 contiguous."""
+    def whiten(self, x: torch.Tensor | SparseRows) -> torch.Tensor:
+        """x̃ = (x − μ) Tᵀ, the k-dim features the tree routes on, float32 contiguous.
+
+        Sparse rows are never centred in place (that would densify them): x̃ = x·Tᵀ − μ·Tᵀ,
+        with Tᵀ (D, k) kept contiguous once for ``embedding_bag``.
+        """
         mean, transform = self._table("mean"), self._table("transform")
         if x.shape[-1] != mean.shape[0]:
             raise ValueError(
                 f"the tree was fitted on {mean.shape[0]}-dim features, got {x.shape[-1]}"
             )
+        if isinstance(x, SparseRows):
+            if self._sparse_map is None:
+                t = transform.t().contiguous()
+                self._sparse_map = (t, mean @ t)
+            t, shift = self._sparse_map
+            return (x.to(t.device).matmul(t) - shift).contiguous()
         return ((x.to(mean) - mean) @ transform.t()).contiguous()
 
     def _on_cpu(self) -> bool:
@@ -240,10 +256,12 @@ class TreeSampler(Sampler):
         after another of the same rows.
         """
         cached = self._dense_cache
-        if cached is not None and cached[0] is x and cached[1] == x._version:
+        # SparseRows are immutable (no _version); a tensor may be written in place.
+        version = getattr(x, "_version", None)
+        if cached is not None and cached[0] is x and cached[1] == version:
             return cached[2]
         out = self._dense_log_prob(x, self._table("leaf_of_label").to(x.device))
-        self._dense_cache = (x, x._version, out)
+        self._dense_cache = (x, version, out)
         return out
 
     def _dense_log_prob(self, x: torch.Tensor, leaves: torch.Tensor) -> torch.Tensor:
@@ -276,6 +294,7 @@ class TreeSampler(Sampler):
     def to(self, device: torch.device) -> TreeSampler:
         self._tables = {k: v.to(device) for k, v in self._tables.items()}
         self._dense_cache = None
+        self._sparse_map = None
         return self
 
     def state_dict(self) -> dict[str, Any]:
@@ -314,6 +333,7 @@ class TreeSampler(Sampler):
             for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
         }
         self._dense_cache = None
+        self._sparse_map = None
         self._warm_up()
 
     def _warm_up(self) -> None:
