@@ -18,7 +18,7 @@ from tailkit.plugins.featurizers.geocells import GeoCells
 from tailkit.plugins.featurizers.tfidf import Tfidf
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.losses.softmax import SoftmaxCE
-from tailkit.plugins.models.sparse import SparseLinear, SparseMLP
+from tailkit.plugins.models.sparse import SPARSE_GRAD_COLUMNS, SparseLinear, SparseMLP
 from tailkit.plugins.samplers.pca import WhitenedPCA
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.uniform import UniformSampler
@@ -201,7 +201,7 @@ def test_geocells_refuse_a_bad_position_naming_the_row() -> None:
 def test_sparse_linear_equals_the_dense_product_and_its_gradient() -> None:
     torch.manual_seed(0)
     x = _csr(32, 40, density=0.2)
-    model = SparseLinear(40, dim=6)
+    model = SparseLinear(40, dim=6, sparse_grad=True)
     rows = SparseRows.from_scipy(x)
     z = model(rows)
     dense = torch.from_numpy(x.toarray())
@@ -230,6 +230,9 @@ def test_sparse_mlp_equals_its_dense_computation() -> None:
     torch.testing.assert_close(model(SparseRows.from_scipy(x)), expected)
     model(SparseRows.from_scipy(x)).sum().backward()
     assert not model.embed.weight.grad.is_sparse  # sparse_grad: false gives a dense gradient
+    # by default, sparse gradients from SPARSE_GRAD_COLUMNS columns on
+    assert not SparseLinear(SPARSE_GRAD_COLUMNS - 1, dim=2).embed.sparse
+    assert SparseLinear(SPARSE_GRAD_COLUMNS, dim=2).embed.sparse
     with pytest.raises(TypeError, match="reads sparse rows"):
         model(dense)
 
@@ -266,7 +269,7 @@ def test_losses_and_samplers_train_on_sparse_rows(mode: str) -> None:
     elif mode == "sampled-tree":
         loss, sampler, negatives = SampledSoftmax(), TreeSampler(k=4), 4
         sampler.fit(x, y, C)  # whitened PCA of sparse rows, then the tree
-    encoder = SparseLinear(D, dim=8)
+    encoder = SparseLinear(D, dim=8, sparse_grad=mode != "full")  # both gradient kinds
     layer = OutputLayer.for_loss(loss, C, 8, generator=torch.Generator().manual_seed(0))
     result = train(
         cfg=LoopConfig("s", epochs=4, batch_size=64, negatives=negatives, eval_every=13),
@@ -306,7 +309,7 @@ def test_sparse_pca_whitens_without_densifying() -> None:
 
 def test_weight_decay_on_a_sparse_input_layer_is_refused() -> None:
     layer = OutputLayer(C, 8)
-    encoder = SparseLinear(D, dim=8)
+    encoder = SparseLinear(D, dim=8, sparse_grad=True)
     with pytest.raises(InvalidParameterError, match=r"^opt.weight_decay: .*sparse_grad: false$"):
         RowSparseSGD(lr=0.1, weight_decay=1e-4).attach(
             layer, list(encoder.parameters()), sparse_encoder=True, owner="opt"
