@@ -314,3 +314,15 @@ def test_weight_decay_on_a_sparse_input_layer_is_refused() -> None:
         RowSparseSGD(lr=0.1, weight_decay=1e-4).attach(
             layer, list(encoder.parameters()), sparse_encoder=True, owner="opt"
         )
+
+
+def test_a_featurizer_giving_bad_sparse_rows_is_named_with_the_row() -> None:
+    from tailkit.errors import PluginError
+    from tailkit.stages.featurize import as_output
+
+    good = sp.csr_matrix(np.array([[0, 1.0, 0], [2.0, 0, 3.0]], np.float32))
+    assert (as_output(good, "sparse", "f") != good).nnz == 0
+    bad = good.copy()
+    bad.data[2] = np.nan
+    with pytest.raises(PluginError, match=r"^featurizer 'f' output: row 1: value nan in column 2$"):
+        as_output(bad, "sparse", "f")
