@@ -8,10 +8,9 @@ its region; the fine ones let a border region's places be told apart without a k
 level is laid ``tilings`` times, shifted by 1/tilings of a cell in both coordinates, so a place
 near a cell edge still shares a cell with its neighbours across that edge.
 
-Levels: cell sizes ``finest``·2^l degrees for l = 0 … ``levels``−1 (defaults: 0.04° ≈ 4 km up
-to 10.24° ≈ 1,100 km). On GeoNames' split that is 831k columns (18 per row), over which
-``sparse-linear`` of dim 256 with softmax reached 93.6 % accuracy and 78.7 % balanced accuracy
-in 2 epochs; starting at 0.02° with 10 levels gives 1.19M columns. The columns are the cells that hold at least ``min_count`` training rows,
+Levels: cell sizes ``finest``·2^l degrees for l = 0 … ``levels``−1 (defaults: 0.02° ≈ 2 km up
+to 10.24° ≈ 1,100 km). On GeoNames' split that is 1.19M columns (20 per row); starting at 0.04°
+with 9 levels gives 831k (18 per row). ``benchmarks/bench_peers.py`` measures models on them. The columns are the cells that hold at least ``min_count`` training rows,
 numbered by (level, tiling, latitude band, longitude band); a cell never seen in training is
 no column, so a test place there simply activates fewer cells. Every active cell has the value
 1/sqrt(levels · tilings), so a row with all its cells known has unit L2 norm.
@@ -49,7 +48,7 @@ class GeoCells:
     }
 
     def __init__(
-        self, finest: float = 0.04, levels: int = 9, tilings: int = 2, min_count: int = 1
+        self, finest: float = 0.02, levels: int = 10, tilings: int = 2, min_count: int = 1
     ) -> None:
         self.finest = finest
         self.levels = levels
