@@ -92,53 +92,25 @@ def _scores(topk: np.ndarray, labels: np.ndarray, counts: np.ndarray) -> dict[st
 
 
 def run_tailkit(root: Path, name: str, exp: dict[str, Any], featurize: dict[str, Any]) -> dict:
+    """Train through the train stage; predict the test rows' top-5 as evaluate does."""
     import torch
 
+    from tailkit.cache import read_features
+    from tailkit.evaluation.predict import predict
     from tailkit.paths import Layout
     from tailkit.registry import make_registry
     from tailkit.stages import evaluate, train
 
     params, layout, registry = _params(featurize, {name: exp}), Layout(root), make_registry()
-    start = time.perf_counter()
     timing = train.run(params, layout, registry, name)
-    train_wall = time.perf_counter() - start
     start = time.perf_counter()
-    evaluate.run(params, layout, registry, name)
-    predict_s = time.perf_counter() - start
-    topk = _topk_of(root, layout, name, params, registry, torch)
-    return {
-        "train_s": timing["seconds"],
-        "train_wall_s": train_wall,
-        "predict_s": predict_s,
-        "topk": topk,
-    }
-
-
-def _topk_of(root, layout, name, params, registry, torch) -> np.ndarray:
-    """The model's top-5 on the test rows, as evaluate computes it (adjustment included)."""
-    from tailkit.artifacts import load_model
-    from tailkit.cache import read_features
-    from tailkit.components import PredictionContext
-    from tailkit.evaluation.predict import predict
-    from tailkit.experiment import build_model, build_objective
-    from tailkit.splits import read_meta
-    from tailkit.training.loop import log_prior_from_counts
-    from tailkit.training.output_layer import OutputLayer
-
-    loss, _ = build_objective(params, name, registry)
-    meta = read_meta(layout.features)
-    state, info = load_model(layout.model(name), name, torch.device("cpu"))
-    encoder = build_model(params, name, registry, info["in_dim"])
-    encoder.load_state_dict(state["encoder"])
-    counts = np.asarray(meta["train_counts"])
-    loss.setup(torch.as_tensor(counts, dtype=torch.float64))
-    loss.load_state_dict(state["loss"])
-    layer = OutputLayer.for_loss(loss, info["num_classes"], encoder.out_dim)
-    layer.load_state_dict(state["layer"])
-    ctx = PredictionContext(log_prior=log_prior_from_counts(counts), sampler=None)
+    encoder, layer, loss, ctx, _, _ = evaluate.restore(
+        params, layout, registry, name, torch.device("cpu")
+    )
     test = read_features(layout.features / "test.parquet")
     adjusted, _ = predict(encoder, layer, loss, ctx, test.x, test.labels, k=5)
-    return adjusted.topk.numpy()
+    predict_s = time.perf_counter() - start
+    return {"train_s": timing["seconds"], "predict_s": predict_s, "topk": adjusted.topk.numpy()}
 
 
 def _split(root: Path, split: str):

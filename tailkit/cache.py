@@ -66,7 +66,7 @@ import torch
 from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
-from tailkit.sparse import SparseRows, check_rows
+from tailkit.sparse import SparseRows, canonical, check_rows
 
 METADATA_KEY = b"tailkit"
 ROW_GROUP_SIZE = 65_536
@@ -150,8 +150,7 @@ def _kind_of(path: Path, x: Any) -> FeatureKind:
 def _feature_columns(path: Path, x: Any, kind: FeatureKind) -> tuple[dict[str, pa.Array], dict]:
     """The feature columns of ``x`` and the metadata facts they imply."""
     if kind == "sparse":
-        x = x if x.has_canonical_format else x.copy()
-        x.sum_duplicates()  # sorts indices too; a no-op when already canonical
+        x = canonical(x)
         if x.nnz > _INT32_MAX or x.shape[1] > _INT32_MAX:
             raise ValueError(
                 f"{path}: sparse x of shape {x.shape} with {x.nnz} values exceeds int32"
@@ -335,7 +334,7 @@ def _values(path: Path, name: str, array: pa.Array) -> np.ndarray:
     return flat.to_numpy(zero_copy_only=True)
 
 
-def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, n: int, dim: int) -> SparseRows:
+def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, dim: int) -> SparseRows:
     indptr = idx.offsets.to_numpy(zero_copy_only=True)
     if not np.array_equal(indptr, val.offsets.to_numpy(zero_copy_only=True)):
         raise DataValidationError(f"{path}: columns 'idx' and 'val' have different row lengths")
@@ -419,7 +418,7 @@ def read_features(
     if multilabel and "label" in arrays:
         out["label"] = _label_sets(path, arrays["label"], meta)
     if kind == "sparse" and "x" in wanted:
-        out["x"] = _sparse(path, arrays["idx"], arrays["val"], n, dim)
+        out["x"] = _sparse(path, arrays["idx"], arrays["val"], dim)
     elif "x" in wanted:
         shape = (n, *meta["shape"]) if kind == "image" else (n, dim)
         out["x"] = _as_tensor(_values(path, "x", arrays["x"]).reshape(shape))

@@ -139,10 +139,7 @@ class SparseRows:
     @classmethod
     def from_scipy(cls, matrix: sp.csr_matrix | sp.csr_array) -> SparseRows:
         """Shares ``matrix``'s buffers where their dtypes allow (float32 values)."""
-        matrix = sp.csr_matrix(matrix)
-        if not matrix.has_canonical_format:
-            matrix = matrix.copy()
-            matrix.sum_duplicates()
+        matrix = canonical(matrix)
         return cls(
             torch.from_numpy(np.asarray(matrix.indptr)),
             torch.from_numpy(np.asarray(matrix.indices)),
@@ -155,6 +152,16 @@ class SparseRows:
             (self.values.cpu().numpy(), self.indices.cpu().numpy(), self.indptr.cpu().numpy()),
             shape=self.shape,
         )
+
+
+def canonical(matrix: sp.spmatrix | sp.sparray) -> sp.csr_matrix:
+    """``matrix`` as CSR with each row's ids sorted and duplicates summed: the same buffers when
+    it already is, else a copy (the caller's matrix is never modified)."""
+    matrix = sp.csr_matrix(matrix)
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()
+        matrix.sum_duplicates()
+    return matrix
 
 
 def check_rows(

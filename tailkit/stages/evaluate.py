@@ -145,8 +145,9 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     return metrics
 
 
-def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict:
-    device = resolve_device(params.base.device)
+def restore(params: Params, layout: Layout, registry: Registry, experiment: str, device):
+    """The trained experiment ready to predict: (encoder, output layer, loss, prediction
+    context, model info, feature meta), each on ``device``; benchmarks reuse it."""
     loss, _ = build_objective(params, experiment, registry)
     meta = read_meta(layout.features)
     state, info = load_model(layout.model(experiment), f"train@{experiment}", device)
@@ -160,7 +161,13 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     layer.load_state_dict(state["layer"])
     sampler = load_sampler(registry, params, info["settings"]["sampler"], layout, device)
     ctx = PredictionContext(log_prior=log_prior_from_counts(counts).to(device), sampler=sampler)
+    return encoder, layer, loss, ctx, info, meta
 
+
+def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict:
+    device = resolve_device(params.base.device)
+    encoder, layer, loss, ctx, info, meta = restore(params, layout, registry, experiment, device)
+    counts = np.asarray(meta["train_counts"])
     test = read_features(layout.features / "test.parquet")
     multilabel = isinstance(test.labels, LabelSets)
     adjusted, raw = predict(

@@ -27,7 +27,7 @@ from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.progress import each
 from tailkit.registry import Registry
-from tailkit.sparse import check_rows
+from tailkit.sparse import canonical, check_rows
 from tailkit.splits import SPLITS, read_meta, read_split
 
 
@@ -54,10 +54,7 @@ def as_output(x: Any, output: str, name: str) -> Any:
     when it is not what the featurizer declared."""
     if sp.issparse(x):
         if output == "sparse":
-            matrix = sp.csr_matrix(x, dtype=np.float32)
-            if not matrix.has_canonical_format:
-                matrix = matrix.copy()
-                matrix.sum_duplicates()
+            matrix = canonical(sp.csr_matrix(x, dtype=np.float32))
             try:  # a NaN or an id past D would reach every later stage; name the row now
                 check_rows(matrix.indptr, matrix.indices, matrix.data, matrix.shape[1], "")
             except ValueError as exc:

@@ -10,8 +10,9 @@ near a cell edge still shares a cell with its neighbours across that edge.
 
 Levels: cell sizes ``finest``·2^l degrees for l = 0 … ``levels``−1 (defaults: 0.02° ≈ 2 km up
 to 10.24° ≈ 1,100 km). On GeoNames' split that is 1.19M columns (20 per row); starting at 0.04°
-with 9 levels gives 831k (18 per row). ``benchmarks/bench_peers.py`` measures models on them. The columns are the cells that hold at least ``min_count`` training rows,
-numbered by (level, tiling, latitude band, longitude band); a cell never seen in training is
+with 9 levels gives 831k (18 per row); ``benchmarks/bench_peers.py`` measures models on them.
+
+The columns are the cells that hold at least ``min_count`` training rows, numbered by (level, tiling, latitude band, longitude band); a cell never seen in training is
 no column, so a test place there simply activates fewer cells. Every active cell has the value
 1/sqrt(levels · tilings), so a row with all its cells known has unit L2 norm.
 

@@ -10,6 +10,23 @@ from tailkit.components import Encoder
 from tailkit.validation import Constraint, Interval
 
 
+def relu_layers(
+    in_dim: int, widths: list[int], dim: int, *, final_relu: bool, dropout: float
+) -> list[torch.nn.Module]:
+    """Linear(in_dim, w_1), ReLU[, Dropout], …, Linear(w_k, dim)[, ReLU]."""
+    layers: list[torch.nn.Module] = []
+    width = in_dim
+    for h in widths:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        if dropout > 0:
+            layers.append(torch.nn.Dropout(dropout))
+        width = h
+    layers.append(torch.nn.Linear(width, dim))
+    if final_relu:
+        layers.append(torch.nn.ReLU())
+    return layers
+
+
 class MLP(Encoder):
     """Φ(x) = ReLU(W_k … ReLU(W_1 x + b_1) … + b_k): fully connected layers with ReLU.
 
@@ -39,17 +56,9 @@ class MLP(Encoder):
         widths = [512] if hidden is None else list(hidden)
         if any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in widths):
             raise ValueError(f"mlp: hidden must be a list of positive widths, got {hidden!r}")
-        layers: list[torch.nn.Module] = []
-        width = in_dim
-        for h in widths:
-            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-            if dropout > 0:
-                layers.append(torch.nn.Dropout(dropout))
-            width = h
-        layers.append(torch.nn.Linear(width, dim))
-        if final_relu:
-            layers.append(torch.nn.ReLU())
-        self.net = torch.nn.Sequential(*layers)
+        self.net = torch.nn.Sequential(
+            *relu_layers(in_dim, widths, dim, final_relu=final_relu, dropout=dropout)
+        )
         self.out_dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -22,13 +22,13 @@ embedding of expected squared norm 1, whatever D and the row's non-zero count.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import ClassVar
 
 import torch
 
 from tailkit.components import Encoder
+from tailkit.plugins.models.mlp import relu_layers
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
@@ -115,17 +115,12 @@ class SparseMLP(Encoder):
             )
         self.embed = _bag(in_dim, widths[0], sparse_grad)
         self.bias = torch.nn.Parameter(torch.zeros(widths[0]))
-        layers: list[torch.nn.Module] = [torch.nn.ReLU()]
+        # the bag and its bias are the first Linear; the rest is the dense mlp's stack after it
+        first: list[torch.nn.Module] = [torch.nn.ReLU()]
         if dropout > 0:
-            layers.append(torch.nn.Dropout(dropout))
-        for width, h in itertools.pairwise(widths):
-            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-            if dropout > 0:
-                layers.append(torch.nn.Dropout(dropout))
-        layers.append(torch.nn.Linear(widths[-1], dim))
-        if final_relu:
-            layers.append(torch.nn.ReLU())
-        self.net = torch.nn.Sequential(*layers)
+            first.append(torch.nn.Dropout(dropout))
+        rest = relu_layers(widths[0], widths[1:], dim, final_relu=final_relu, dropout=dropout)
+        self.net = torch.nn.Sequential(*first, *rest)
         self.out_dim = dim
 
     def forward(self, x: SparseRows) -> torch.Tensor:
