@@ -145,9 +145,10 @@ def train(params_path: Path, experiment: str, quiet: bool) -> None:
     finally:
         if bar is not None:
             bar.close()
+    done = "fitted" if summary["steps"] is None else f"{summary['steps']} steps"
     _say(
         quiet,
-        f"train@{experiment}: {summary['steps']} steps in {summary['seconds']:.1f} s "
+        f"train@{experiment}: {done} in {summary['seconds']:.1f} s "
         f"({summary['examples_per_second']:,} examples/s on {summary['device']})",
     )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.metadata
 import importlib.util
 import inspect
 from collections.abc import Iterable
@@ -116,6 +117,19 @@ def module_fingerprint(module: str) -> dict[str, Any]:
     return {"module": module, "files": files, "sha256": digest(files)}
 
 
+def tool_versions(factory: Any) -> dict[str, str | None]:
+    """``{distribution: version}`` of what a component declares in ``requires`` (the tool a
+    wrapped model runs: its code shapes the result but lives outside any package we hash);
+    None for one not installed."""
+    out = {}
+    for distribution in getattr(factory, "requires", ()):
+        try:
+            out[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            out[distribution] = None
+    return out
+
+
 def component_fingerprint(component: Any) -> dict[str, Any]:
     """Name, distribution, version, factory and the hashes of the source files that define a
     registered component (:class:`tailkit.registry.Component`): its module's import closure
@@ -130,6 +144,8 @@ def component_fingerprint(component: Any) -> dict[str, Any]:
         "factory": f"{module}:{getattr(factory, '__qualname__', repr(factory))}",
         "files": files,
     }
+    if tools := tool_versions(factory):
+        record["requires"] = tools
     record["sha256"] = digest({k: v for k, v in record.items() if k != "files"} | files)
     return record
 
@@ -139,6 +155,8 @@ def experiment_code(params: Any, registry: Any, experiment: str) -> dict[str, An
     of all three: what ``train@<experiment>`` and ``evaluate@<experiment>`` depend on."""
     settings = params.resolved(experiment)
     specs = {"loss": ("losses", settings["loss"]), "model": ("models", settings["model"])}
+    if settings["loss"] is None:  # a model that trains itself has none
+        del specs["loss"]
     if settings["sampler"] in params.samplers:
         specs["sampler"] = ("samplers", params.samplers[settings["sampler"]])
     out: dict[str, Any] = {}

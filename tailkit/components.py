@@ -283,6 +283,51 @@ def model_input_kind(model: Any) -> str:
     return getattr(model, "input_kind", "dense")
 
 
+class Learner:
+    """A model that trains itself: a wrapped tool (napkinXC, omikuji) with its own objective and
+    solver, run inside ``train@<experiment>`` on the same split and features as tailkit's losses
+    and scored by the same ``evaluate`` stage, so that it is one more row of the table.
+
+    An experiment whose model is a Learner names no loss, optimizer or sampler. ``fit`` gets the
+    training split (``x``: :class:`~tailkit.sparse.SparseRows` or an (N, D) float32 tensor, as
+    ``input_kind`` says; ``labels``: (N,) int64 ids or :class:`~tailkit.labels.LabelSets`) and
+    an empty ``directory`` in which it leaves its model in the tool's own format (never a
+    pickle); ``load`` reads that directory back; ``predict_topk`` returns, per row, the ids
+    (N, k) int64 of the k best labels by descending score, −1 where the tool returned fewer,
+    and their scores (N, k) float32, which are probabilities when ``scores_are_probabilities``
+    (the calibration error is then computed from the top one).
+
+    ``requires`` names the distributions that do the work: their versions go into the
+    component's fingerprint (an upgraded tool re-runs its experiments) and into every metrics
+    file. ``deterministic = False`` says that the tool draws randomness it does not let a
+    caller seed, so two runs give different models.
+    """
+
+    input_kind: ClassVar[str] = "sparse"
+    requires: ClassVar[tuple[str, ...]] = ()
+    scores_are_probabilities: ClassVar[bool] = True
+    deterministic: ClassVar[bool] = True
+
+    def fit(
+        self, x: Any, labels: Any, num_classes: int, directory: Path, seed: int
+    ) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def load(self, directory: Path) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def predict_topk(
+        self, x: Any, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def is_learner(model: Any) -> bool:
+    """Whether a model (class or instance) trains itself (:class:`Learner`)."""
+    cls = model if isinstance(model, type) else type(model)
+    return issubclass(cls, Learner)
+
+
 class CorrectsAtPrediction:
     """Mixin for a sampled loss with a ``correct_at_prediction`` option: when it is true,
     prediction adds log q(y|x) from the sampler (the Bayes-optimal undoing of a constant-weight

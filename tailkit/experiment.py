@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailkit.components import model_input_kind
+from tailkit.codehash import tool_versions
+from tailkit.components import is_learner, model_input_kind
 from tailkit.errors import InvalidParameterError
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.registry import Registry
@@ -25,8 +26,50 @@ def build_optimizer(spec: dict[str, Any], key: str):
     return factory(**validate_options(key, factory, {k: v for k, v in spec.items() if k != "name"}))
 
 
+def trains_itself(params: Params, experiment: str, registry: Registry) -> bool:
+    """Whether the experiment's model is a :class:`~tailkit.components.Learner` (a wrapped tool
+    with its own objective and solver) rather than an encoder trained by tailkit's loop."""
+    name = params.experiment(experiment).model["name"]
+    model = registry.get("models", name, f"experiments.{experiment}.model.name")
+    return is_learner(model.factory)
+
+
+def check_components(params: Params, experiment: str, registry: Registry) -> None:
+    """A one-line error when an experiment's components do not fit its kind of model: a model
+    that trains itself takes no loss, optimizer, sampler or negatives; any other needs a loss
+    and an optimizer."""
+    exp = params.experiment(experiment)
+    key = f"experiments.{experiment}"
+    model = exp.model["name"]
+    if trains_itself(params, experiment, registry):
+        given = [
+            name
+            for name, value in (
+                ("loss", exp.loss),
+                ("optimizer", exp.optimizer),
+                ("sampler", None if exp.sampler == NO_SAMPLER else exp.sampler),
+                ("negatives", exp.negatives or None),
+            )
+            if value is not None
+        ]
+        if given:
+            raise InvalidParameterError(
+                f"{key}.{given[0]}: model {model!r} trains itself with its own objective; "
+                f"remove {', '.join(given)} (and set sampler: {NO_SAMPLER})"
+            )
+        return
+    for name in ("loss", "optimizer"):
+        if getattr(exp, name) is None:
+            raise InvalidParameterError(
+                f"{key}.{name}: missing; model {model!r} is trained by tailkit's loop, which "
+                "needs a loss and an optimizer (only a model that trains itself, such as "
+                "napkinxc-plt or omikuji, takes neither)"
+            )
+
+
 def build_objective(params: Params, experiment: str, registry: Registry):
     """Loss and optimiser of an experiment, checked against its sampler before any data is read."""
+    check_components(params, experiment, registry)
     exp = params.experiment(experiment)
     key = f"experiments.{experiment}"
     loss = registry.build("losses", exp.loss, f"{key}.loss")
@@ -97,8 +140,12 @@ def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> 
         "dataset": registry.provenance("datasets", params.dataset),
         "featurizer": registry.provenance("featurizers", params.featurize),
         "model": registry.provenance("models", settings["model"]),
-        "loss": registry.provenance("losses", settings["loss"]),
     }
+    if settings["loss"] is not None:
+        out["loss"] = registry.provenance("losses", settings["loss"])
+    model = registry.get("models", settings["model"]["name"], "model")
+    for distribution, version in tool_versions(model.factory).items():
+        out[distribution] = f"{distribution} {version}"
     if settings["sampler"] != NO_SAMPLER:
         out["sampler"] = registry.provenance("samplers", params.samplers[settings["sampler"]])
     return out

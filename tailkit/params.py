@@ -95,12 +95,18 @@ class EvaluateParams:
 
 @dataclass(frozen=True)
 class ExperimentParams:
-    """One row of the comparison: a loss, a sampler, an optimiser, and overrides."""
+    """One row of the comparison: a loss, a sampler, an optimiser, and overrides.
 
-    loss: dict[str, Any]
-    optimizer: dict[str, Any]
+    ``loss`` and ``optimizer`` are required unless the model trains itself (a wrapped tool
+    such as ``napkinxc-plt`` or ``omikuji``, :class:`~tailkit.components.Learner`), which takes
+    neither; which models do is known only to the registry, so the train stage checks it
+    (:func:`tailkit.experiment.check_components`).
+    """
+
     # Required, even when "none": dvc.yaml makes train@<experiment> depend on its directory.
     sampler: str
+    loss: dict[str, Any] | None = None
+    optimizer: dict[str, Any] | None = None
     model: dict[str, Any] = field(default_factory=lambda: {"name": "linear"})
     negatives: int = 0
     epochs: float | None = None
@@ -211,7 +217,8 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         where = f"{source}: experiments.{key}"
         exp = ExperimentParams(**validate_options(where, ExperimentParams, spec or {}))
         for comp in ("loss", "optimizer", "model"):
-            _component(source, f"experiments.{key}.{comp}", getattr(exp, comp))
+            if getattr(exp, comp) is not None:
+                _component(source, f"experiments.{key}.{comp}", getattr(exp, comp))
         allowed = [NO_SAMPLER, *samplers]
         if exp.sampler not in allowed:
             raise InvalidParameterError(

@@ -52,10 +52,11 @@ def _mean_or_none(values: np.ndarray) -> float | None:
 def classification_metrics(
     labels: np.ndarray,
     topk: np.ndarray,
-    log_likelihood: np.ndarray,
+    log_likelihood: np.ndarray | None,
     train_counts: np.ndarray,
 ) -> dict[str, Any]:
-    """Accuracy (top-1, top-5), balanced accuracy, many/medium/few, log-likelihood."""
+    """Accuracy (top-1, top-5), balanced accuracy, many/medium/few, log-likelihood (None for
+    a model that scores only its top labels, as the wrapped tools do)."""
     num_classes = train_counts.shape[0]
     top1 = topk[:, 0]
     recall, support = per_class_recall(labels, top1, num_classes)
@@ -65,7 +66,7 @@ def classification_metrics(
         "accuracy": float((top1 == labels).mean()),
         "top5_accuracy": float((topk[:, :5] == labels[:, None]).any(axis=1).mean()),
         "balanced_accuracy": float(recall[present].mean()),
-        "log_likelihood": float(log_likelihood.mean()),
+        "log_likelihood": None if log_likelihood is None else float(log_likelihood.mean()),
     }
     for group, mask in shot_groups(train_counts).items():
         out[group] = _mean_or_none(recall[mask & present])

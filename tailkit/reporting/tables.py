@@ -79,13 +79,19 @@ def _cell(col: Column, value: float | None, best: dict[str, float]) -> str:
     return f"**{text}**" if value == best.get(col.header) else text
 
 
+def _with_options(spec: dict[str, Any]) -> str:
+    options = {k: v for k, v in spec.items() if k != "name"}
+    if not options:
+        return spec["name"]
+    return f"{spec['name']} (" + ", ".join(f"{k}={v}" for k, v in options.items()) + ")"
+
+
 def describe_method(run: Run) -> str:
     """``sampled-softmax (weighting=importance), uniform × 256`` — the row's method in words."""
     settings = run.params.resolved(run.experiment)
-    loss = dict(settings["loss"])
-    text = loss.pop("name")
-    if loss:
-        text += " (" + ", ".join(f"{k}={v}" for k, v in loss.items()) + ")"
+    if settings["loss"] is None:  # a model that trains itself: the tool and its options
+        return _with_options(settings["model"])
+    text = _with_options(settings["loss"])
     if settings["model"]["name"] != "linear":
         text += f" on {settings['model']['name']}"
     key = settings["sampler"]

@@ -27,13 +27,14 @@ of training rows as N.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from tailkit.artifacts import load_model, load_sampler
+from tailkit.artifacts import load_learner, load_model, load_sampler
 from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.components import Loss, PredictionContext
@@ -51,7 +52,7 @@ from tailkit.evaluation.metrics import (
     shot_groups,
 )
 from tailkit.evaluation.predict import Predictions, predict
-from tailkit.experiment import build_model, build_objective
+from tailkit.experiment import build_model, build_objective, trains_itself
 from tailkit.labels import LabelSets
 from tailkit.params import Params
 from tailkit.paths import Layout
@@ -63,23 +64,27 @@ from tailkit.training.output_layer import OutputLayer
 
 
 def _metrics(
-    preds: Predictions, labels: np.ndarray, counts: np.ndarray, loss: Loss
+    topk: np.ndarray,
+    labels: np.ndarray,
+    counts: np.ndarray,
+    log_likelihood: np.ndarray | None,
+    confidence: np.ndarray | None,
 ) -> dict[str, Any]:
-    out = classification_metrics(
-        labels, preds.topk.cpu().numpy(), preds.log_likelihood.cpu().numpy(), counts
-    )
-    confidence = loss.confidence(preds.top_scores[:, 0], preds.log_partition)
-    correct = preds.topk[:, 0].cpu().numpy() == labels
+    out = classification_metrics(labels, topk, log_likelihood, counts)
     out["ece"] = (
-        None
-        if confidence is None
-        else expected_calibration_error(confidence.double().cpu().numpy(), correct)
+        None if confidence is None else expected_calibration_error(confidence, topk[:, 0] == labels)
     )
     return out
 
 
+def _confidence(preds: Predictions, loss: Loss) -> np.ndarray | None:
+    """The loss's calibrated probability of each row's top label (None: it has none)."""
+    confidence = loss.confidence(preds.top_scores[:, 0], preds.log_partition)
+    return None if confidence is None else confidence.double().cpu().numpy()
+
+
 def _ranking(
-    preds: Predictions, labels: np.ndarray | LabelSets, counts: np.ndarray, meta: dict[str, Any]
+    ranked: np.ndarray, labels: np.ndarray | LabelSets, counts: np.ndarray, meta: dict[str, Any]
 ):
     """The XC repository's P@k, nDCG@k, PSP@k, PSnDCG@k, R@k, coverage@k (k = 1, 3, 5) of the
     top-5 ranking; propensities from the training counts with the dataset's (A, B)."""
@@ -89,17 +94,19 @@ def _ranking(
     else:
         csr, num_train = (np.arange(labels.shape[0] + 1), labels), int(counts.sum())
     q = inverse_propensity(counts, num_train, a, b)
-    ranked = preds.topk.cpu().numpy()
     ks = tuple(k for k in (1, 3, 5) if k <= ranked.shape[1])  # fewer than 5 classes: fewer k
     return ranking_metrics(ranked, csr, len(counts), ks, q)
 
 
 def _multilabel_metrics(
-    preds: Predictions, labels: LabelSets, counts: np.ndarray, ranking: dict[str, float], loss
+    ranked: np.ndarray,
+    labels: LabelSets,
+    counts: np.ndarray,
+    ranking: dict[str, float],
+    confidence: np.ndarray | None,
 ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """The ``test`` block of multi-label rows (module docstring), and the per-label recall@k
     and test rows it was built from."""
-    ranked = preds.topk.cpu().numpy()
     recall, support = label_recall(ranked, labels.csr_pair(), labels.num_classes)
     present = support > 0
     k = ranked.shape[1]
@@ -110,14 +117,10 @@ def _multilabel_metrics(
         chosen = recall[mask & present]
         out[group] = float(chosen.mean()) if chosen.size else None
         out[f"{group}_classes"] = int((mask & present).sum())
-    confidence = loss.confidence(preds.top_scores[:, 0], preds.log_partition)
     top1 = torch.from_numpy(ranked[:, :1])
     correct = labels.contains(torch.arange(len(labels)), top1).squeeze(1).numpy()
-    out["ece"] = (
-        None
-        if confidence is None
-        else expected_calibration_error(confidence.double().cpu().numpy(), correct)
-    )
+    correct &= ranked[:, 0] >= 0
+    out["ece"] = None if confidence is None else expected_calibration_error(confidence, correct)
     return out, recall, support
 
 
@@ -164,7 +167,20 @@ def restore(params: Params, layout: Layout, registry: Registry, experiment: str,
     return encoder, layer, loss, ctx, info, meta
 
 
+@dataclass
+class _Scored:
+    """What evaluation computes from, for one set of scores (adjusted or raw): each test row's
+    top-k ranking (N, k), the log-likelihood of its true label and the model's probability of
+    its top label (None where the model gives none)."""
+
+    ranked: np.ndarray
+    log_likelihood: np.ndarray | None
+    confidence: np.ndarray | None
+
+
 def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict:
+    if trains_itself(params, experiment, registry):
+        return _evaluate_learner(params, layout, registry, experiment)
     device = resolve_device(params.base.device)
     encoder, layer, loss, ctx, info, meta = restore(params, layout, registry, experiment, device)
     counts = np.asarray(meta["train_counts"])
@@ -181,41 +197,106 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
         batch_size=params.evaluate.batch_size,
         label_chunk=params.evaluate.label_chunk,
     )
-    if multilabel:
-        ranking = _ranking(adjusted, test.labels, counts, meta)
-        test_metrics, recall, support = _multilabel_metrics(
-            adjusted, test.labels, counts, ranking, loss
+
+    def scored(preds: Predictions) -> _Scored:
+        ll = None if multilabel else preds.log_likelihood.cpu().numpy()
+        return _Scored(preds.topk.cpu().numpy(), ll, _confidence(preds, loss))
+
+    margins, intra = None, None
+    if not multilabel:
+        labels = test.labels.numpy()
+        margins, cdfs = margin_summary(adjusted.margins(test.labels).cpu().numpy(), labels, counts)
+        picked = pick_rows(labels, params.evaluate.diameter_rows, seed=params.base.seed)
+        z = embed(encoder, test.x[torch.from_numpy(picked)], device)
+        intra = diameter_summary(class_diameters(z, labels[picked], len(counts)), counts)
+        _write_margin_cdfs(layout.eval_plots(experiment), cdfs)
+    return _write_metrics(
+        layout,
+        experiment,
+        meta,
+        test.labels,
+        scored(adjusted),
+        None if raw is None else scored(raw),
+        {"steps": info["steps"]},
+        info["plugins"],
+        margins,
+        intra,
+    )
+
+
+def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experiment: str):
+    """Score a model that trains itself from its top-k alone: it has no score for labels
+    outside them, so no log-likelihood, margin or embedding (those entries are None)."""
+    meta = read_meta(layout.features)
+    model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
+    info = load_learner(layout.model(experiment), f"train@{experiment}", model)
+    test = read_features(layout.features / "test.parquet")
+    ranked, scores = model.predict_topk(test.x, params.evaluate.top_k)
+    confidence = scores[:, 0].astype(np.float64) if model.scores_are_probabilities else None
+    if not isinstance(test.labels, LabelSets):
+        _write_margin_cdfs(layout.eval_plots(experiment), {})
+    return _write_metrics(
+        layout,
+        experiment,
+        meta,
+        test.labels,
+        _Scored(ranked, None, confidence),
+        None,
+        {"steps": None},
+        info["plugins"],
+        None,
+        None,
+    )
+
+
+def _write_metrics(
+    layout: Layout,
+    experiment: str,
+    meta: dict[str, Any],
+    labels: torch.Tensor | LabelSets,
+    adjusted: _Scored,
+    raw: _Scored | None,
+    train: dict[str, Any],
+    plugins: dict[str, str],
+    margins: dict[str, Any] | None,
+    intra: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """``metrics/<experiment>.json`` and the per-class accuracy file, for either kind of
+    model and either kind of label."""
+    counts = np.asarray(meta["train_counts"])
+    if isinstance(labels, LabelSets):
+        ranking = _ranking(adjusted.ranked, labels, counts, meta)
+        test, recall, support = _multilabel_metrics(
+            adjusted.ranked, labels, counts, ranking, adjusted.confidence
         )
-        metrics = {
-            "test": test_metrics,
+        metrics: dict[str, Any] = {
+            "test": test,
             "ranking": ranking,
-            "train": {"steps": info["steps"]},
-            "plugins": info["plugins"],
+            "train": train,
+            "plugins": plugins,
         }
         if raw is not None:
+            raw_ranking = _ranking(raw.ranked, labels, counts, meta)
             metrics["uncorrected"] = _multilabel_metrics(
-                raw, test.labels, counts, _ranking(raw, test.labels, counts, meta), loss
+                raw.ranked, labels, counts, raw_ranking, raw.confidence
             )[0]
-        _write_class_accuracy(layout.class_plot(experiment), recall, support, counts)
-        write_json(layout.metrics(experiment), metrics)
-        return metrics
-    labels = test.labels.numpy()
-    margins, cdfs = margin_summary(adjusted.margins(test.labels).cpu().numpy(), labels, counts)
-    picked = pick_rows(labels, params.evaluate.diameter_rows, seed=params.base.seed)
-    z = embed(encoder, test.x[torch.from_numpy(picked)], device)
-    diameters = class_diameters(z, labels[picked], len(counts))
-    metrics: dict[str, Any] = {
-        "test": _metrics(adjusted, labels, counts, loss),
-        "ranking": _ranking(adjusted, labels, counts, meta),
-        "train": {"steps": info["steps"]},
-        "margins": margins,
-        "intra_class_distance": diameter_summary(diameters, counts),
-        "plugins": info["plugins"],
-    }
-    if raw is not None:
-        metrics["uncorrected"] = _metrics(raw, labels, counts, loss)
-    _write_margin_cdfs(layout.eval_plots(experiment), cdfs)
-    recall, support = per_class_recall(labels, adjusted.topk[:, 0].cpu().numpy(), len(counts))
+    else:
+        y = labels.numpy()
+        metrics = {
+            "test": _metrics(
+                adjusted.ranked, y, counts, adjusted.log_likelihood, adjusted.confidence
+            ),
+            "ranking": _ranking(adjusted.ranked, y, counts, meta),
+            "train": train,
+            "margins": margins,
+            "intra_class_distance": intra,
+            "plugins": plugins,
+        }
+        if raw is not None:
+            metrics["uncorrected"] = _metrics(
+                raw.ranked, y, counts, raw.log_likelihood, raw.confidence
+            )
+        recall, support = per_class_recall(y, adjusted.ranked[:, 0], len(counts))
     _write_class_accuracy(layout.class_plot(experiment), recall, support, counts)
     write_json(layout.metrics(experiment), metrics)
     return metrics

@@ -12,24 +12,32 @@ stage's own code (:mod:`tailkit.codehash`), so after a code change it starts afr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from tailkit.artifacts import load_sampler, save_model
+from tailkit.artifacts import LEARNER_FILES, MODEL_INFO, load_sampler, save_model
 from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.checksum import params_hash
 from tailkit.codehash import experiment_code, module_fingerprint
-from tailkit.experiment import build_model, build_objective, check_labels, provenance
+from tailkit.experiment import (
+    build_model,
+    build_objective,
+    check_components,
+    check_labels,
+    provenance,
+    trains_itself,
+)
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
 from tailkit.splits import read_meta
 from tailkit.training.checkpoint import Checkpointer
-from tailkit.training.loop import LoopConfig, curve_to_tsv, train
+from tailkit.training.loop import LoopConfig, curve_to_tsv, train, validation_scores
 from tailkit.training.output_layer import OutputLayer
 
 
@@ -40,6 +48,9 @@ def run(
     experiment: str,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
+    check_components(params, experiment, registry)
+    if trains_itself(params, experiment, registry):
+        return _fit_learner(params, layout, registry, experiment, progress)
     settings = params.resolved(experiment)
     device = resolve_device(params.base.device)
     seed = params.base.seed
@@ -129,4 +140,73 @@ def run(
         tmp.write_text(curve_to_tsv(result.curve))
     write_json(layout.timing(f"train/{experiment}"), timing)
     checkpoint.clear()
+    return timing
+
+
+def _fit_learner(
+    params: Params,
+    layout: Layout,
+    registry: Registry,
+    experiment: str,
+    progress: Callable[[int, int], None] | None,
+) -> dict[str, Any]:
+    """Train a model that trains itself (a wrapped tool): one ``fit`` on the training split,
+    its files in the tool's format under ``learner/``, and a one-point learning curve (the fit's
+    seconds and the validation scores of the same validation rows as the loop's)."""
+    settings = params.resolved(experiment)
+    meta = read_meta(layout.features)
+    model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
+    train_set = read_features(layout.features / "train.parquet")
+    val_set = read_features(layout.features / "val.parquet")
+    val_pick = torch.randperm(
+        val_set.x.shape[0], generator=torch.Generator().manual_seed(params.base.seed)
+    )[: params.train.val_rows]
+    if progress is not None:
+        progress(0, 1)
+    with atomic_dir(layout.model(experiment)) as tmp:
+        start = time.perf_counter()
+        model.fit(
+            train_set.x,
+            train_set.labels,
+            meta["num_classes"],
+            tmp / LEARNER_FILES,
+            params.base.seed,
+        )
+        seconds = time.perf_counter() - start
+        top1, _ = model.predict_topk(val_set.x[val_pick], 1)
+        write_json(
+            tmp / MODEL_INFO,
+            {
+                "experiment": experiment,
+                "settings": settings,
+                "num_classes": meta["num_classes"],
+                "in_dim": meta["dim"],
+                "steps": None,  # one fit by the tool, not steps of tailkit's loop
+                "plugins": provenance(params, registry, settings),
+            },
+        )
+    if progress is not None:
+        progress(1, 1)
+    accuracy, balanced = validation_scores(
+        torch.from_numpy(top1[:, 0]), val_set.labels[val_pick], meta["num_classes"]
+    )
+    curve = [
+        {
+            "step": 1,
+            "seconds": seconds,
+            "loss": float("nan"),  # the tool reports no training loss
+            "val_accuracy": accuracy,
+            "val_balanced_accuracy": balanced,
+        }
+    ]
+    with atomic_path(layout.curve(experiment)) as tmp:
+        tmp.write_text(curve_to_tsv(curve))
+    rows = int(train_set.x.shape[0])
+    timing = {
+        "seconds": round(seconds, 3),
+        "steps": None,
+        "examples_per_second": round(rows / max(seconds, 1e-9)),
+        "device": "cpu",
+    }
+    write_json(layout.timing(f"train/{experiment}"), timing)
     return timing

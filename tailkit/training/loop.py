@@ -72,9 +72,17 @@ def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[float, float]:
     multilabel = isinstance(y_val, LabelSets)
     preds, _ = predict(encoder, layer, loss, ctx, x_val, None if multilabel else y_val, k=1)
-    top1 = preds.topk[:, 0].cpu()
-    if multilabel:
+    return validation_scores(preds.topk[:, 0].cpu(), y_val, num_classes)
+
+
+def validation_scores(
+    top1: torch.Tensor, y_val: torch.Tensor | LabelSets, num_classes: int
+) -> tuple[float, float]:
+    """The learning curve's two numbers from each validation row's top-1 label: accuracy and
+    balanced accuracy, or for multi-label rows P@1 and the label-averaged top-1 share."""
+    if isinstance(y_val, LabelSets):
         hit = y_val.contains(torch.arange(len(y_val)), top1.unsqueeze(1)).squeeze(1).numpy()
+        hit &= top1.numpy() >= 0  # −1: a tool that returned no label (its key is row·C − 1)
         recall, support = label_recall(top1.numpy()[:, None], y_val.csr_pair(), num_classes)
         return float(hit.mean()), float(recall[support > 0].mean())
     y, top1 = y_val.numpy(), top1.numpy()
