@@ -8,6 +8,7 @@ that each check does catch the kind of bug it is there for.
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Encoder, Loss, LossInput
+from tailkit.components import Encoder, Learner, Loss, LossInput
 from tailkit.errors import DataValidationError, PluginError
 from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.registry import KINDS, make_registry
@@ -121,6 +122,9 @@ def test_featurizer(component) -> None:
 
 @pytest.mark.parametrize("component", params("models"))
 def test_model(component) -> None:
+    missing = [m for m in getattr(component.factory, "requires", ()) if not find_spec(m)]
+    if missing:
+        pytest.skip(f"{component.name} needs {', '.join(missing)}: pip install 'tailkit[peers]'")
     check_model(component)
 
 
@@ -296,3 +300,25 @@ def test_dataset_check_catches_broken_datasets(factory, match: str, tmp_path: Pa
 def test_invalid_options_are_reported_as_contract_errors() -> None:
     with pytest.raises(ContractError, match="do not validate"):
         check_sampler(UniformSampler, shared="yes")
+
+
+class _ForgetfulLearner(Learner):
+    """Learns the majority label and writes nothing: the contract must refuse it."""
+
+    def __init__(self, in_dim: int, /) -> None:
+        self.label = 0
+
+    def fit(self, x, labels, num_classes, directory, seed) -> None:
+        self.label = int(torch.mode(labels).values)
+
+    def load(self, directory) -> None:
+        pass
+
+    def predict_topk(self, x, k):
+        n = x.shape[0]
+        return np.full((n, k), self.label, np.int64), np.ones((n, k), np.float32)
+
+
+def test_the_learner_contract_catches_a_model_that_saves_nothing() -> None:
+    with pytest.raises(ContractError, match="fit left no files in the directory it was given"):
+        check_model(_ForgetfulLearner)
