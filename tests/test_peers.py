@@ -250,3 +250,30 @@ def test_the_tools_console_output_is_kept_out_and_shown_on_failure(capfd) -> Non
     assert err.value.__notes__ == ["last output of the tool: reading line 7: bad label"]
     out, errs = capfd.readouterr()
     assert "progress" not in out + errs and "bad label" not in out + errs
+
+
+@needs_peers
+def test_napkinxc_fits_are_reproducible_on_one_thread_and_omikuji_says_it_is_not(
+    tmp_path: Path,
+) -> None:
+    """napkinXC's liblinear nodes draw from the C library's rand(), which the plugin seeds: two
+    fits in one process (the second one continuing the first one's stream, were it not
+    reseeded) write the same bytes. omikuji seeds its clustering from the operating system."""
+    from tailkit.plugins.peers.napkinxc_plt import NapkinXCPLT
+    from tailkit.plugins.peers.omikuji_forest import Omikuji
+
+    raw = WordsPerClass().load(tmp_path)
+    x, y = raw.inputs.astype(np.float32), raw.labels
+    import torch
+
+    from tailkit.sparse import SparseRows
+
+    rows = SparseRows.from_scipy(x)
+    contents = []
+    for run in range(2):
+        model = NapkinXCPLT(x.shape[1])
+        model.fit(rows, torch.from_numpy(y), 24, tmp_path / f"plt{run}", seed=3)
+        contents.append({p.name: p.read_bytes() for p in (tmp_path / f"plt{run}").iterdir()})
+    assert contents[0] == contents[1] and model.deterministic
+    assert not NapkinXCPLT(x.shape[1], threads=2).deterministic
+    assert not Omikuji.deterministic

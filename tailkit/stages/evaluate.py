@@ -242,7 +242,7 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
         test.labels,
         _Scored(ranked, None, confidence),
         None,
-        {"steps": None},
+        {"steps": None, "deterministic": info["deterministic"]},
         info["plugins"],
         None,
         None,

@@ -182,6 +182,8 @@ def _fit_learner(
                 "num_classes": meta["num_classes"],
                 "in_dim": meta["dim"],
                 "steps": None,  # one fit by the tool, not steps of tailkit's loop
+                # False: the tool draws randomness no caller can seed; a rerun differs
+                "deterministic": model.deterministic,
                 "plugins": provenance(params, registry, settings),
             },
         )

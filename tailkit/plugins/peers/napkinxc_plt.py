@@ -9,13 +9,17 @@ weights below 0.1 pruned. Options are the tool's own, by its own names; scores a
 probability estimates.
 
 The model is the directory napkinXC writes (its binary ``tree.bin``, ``weights.bin`` and
-``args.bin``), read back by the tool itself. napkinXC's ``seed`` fixes its tree but not its
-node classifiers: two fits on the same rows give different weights and slightly different
-predictions, with one thread or many, so the model is marked ``deterministic = False``.
+``args.bin``), read back by the tool itself. napkinXC's ``seed`` fixes its tree; its liblinear
+nodes shuffle their coordinates with the C library's global ``rand()``, which napkinXC never
+seeds. So ``fit`` seeds it (``srand(seed)``) first, and trains on one thread by default: with
+one thread two fits give the same bytes; with ``threads`` > 1 the nodes draw from that one
+stream in whatever order the threads reach it, which is faster on several cores but not
+reproducible, and the model says so (``deterministic``).
 """
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -36,7 +40,6 @@ class NapkinXCPLT(Learner):
     """napkinXC's probabilistic label tree (PLT): a k-means label tree of logistic nodes."""
 
     requires: ClassVar[tuple[str, ...]] = ("napkinxc",)
-    deterministic: ClassVar[bool] = False
     constraints: ClassVar[dict[str, Constraint]] = {
         "arity": Interval(2, None),
         "max_leaves": Interval(1, None),
@@ -59,7 +62,7 @@ class NapkinXCPLT(Learner):
         loss: Literal["log", "l2"] = "log",
         weights_threshold: float = 0.1,
         ensemble: int = 1,
-        threads: int = 0,  # napkinXC's 0: every core
+        threads: int = 1,  # napkinXC's 0 means every core (module docstring)
     ) -> None:
         require("napkinxc", "napkinxc-plt")
         self.in_dim = in_dim
@@ -73,12 +76,14 @@ class NapkinXCPLT(Learner):
             "ensemble": ensemble,
             "threads": threads,
         }
+        self.deterministic = threads == 1
         self._model = None
 
     def fit(self, x, labels, num_classes: int, directory: Path, seed: int) -> None:
         from napkinxc.models import PLT
 
         model = PLT(str(directory), seed=seed, verbose=0, **self.options)
+        ctypes.CDLL(None).srand(seed)  # liblinear's rand() (module docstring)
         with quiet_console():
             model.fit(as_csr(x), label_lists(labels))
         self._model = model
