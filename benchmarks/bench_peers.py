@@ -122,15 +122,16 @@ def _context(root: Path, raw: dict[str, Any]):
 
 
 def prepare(root: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    from tailkit.splits import read_meta
     from tailkit.stages import download, featurize, fit_sampler, subsample
 
     params, layout, registry = _context(root, raw)
     download.run(params, layout, registry)
     subsample.run(params, layout, registry)
-    meta = featurize.run(params, layout, registry)
+    featurize.run(params, layout, registry)
     if params.samplers:
         fit_sampler.run(params, layout, registry)
-    return meta
+    return read_meta(layout.features)
 
 
 def run_experiment(root: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:
@@ -197,8 +198,9 @@ def main() -> None:
             root = Path(tmp)
             raw = DATA[data](root, args.epochs, args.dim)
             meta = isolated(prepare, root, raw)
+            rows = meta.get("train_rows") or sum(meta["train_counts"])  # single-label: no key
             print(
-                f"\n{data}: {meta['train_rows']:,} train rows, {meta['num_classes']:,} labels, "
+                f"\n{data}: {rows:,} train rows, {meta['num_classes']:,} labels, "
                 f"{meta['dim']:,} feature columns ({raw['featurize']['name']})"
             )
             wanted = args.only.split(",") if args.only else list(raw["experiments"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 import numpy as np
 import pytest
@@ -307,3 +308,17 @@ def test_registered_with_options_validated() -> None:
         registry.build("samplers", {"name": "unigram", "offset": -1}, "samplers.u")
     with pytest.raises(InvalidParameterError, match="unknown key 'shared'"):
         registry.build("samplers", {"name": "in-batch", "shared": False}, "samplers.b")
+
+
+def test_fit_sampler_reports_labels_the_proposal_cannot_draw() -> None:
+    """A unigram proposal without smoothing gives q = 0 to a label unseen in training; the
+    mean log q of rows with it is −∞, which sampler.json reports as None with their count
+    (JSON has no −∞: the stage used to fail writing it)."""
+    from tailkit.plugins.samplers.unigram import UnigramSampler
+    from tailkit.stages.fit_sampler import mean_log_prob
+
+    sampler = UnigramSampler(alpha=1.0, offset=0.0)
+    sampler.fit(None, torch.tensor([0, 0, 1, 2]), 4)
+    assert mean_log_prob(sampler, torch.zeros(3, 1), torch.tensor([0, 3, 3])) == (None, 2)
+    mean, impossible = mean_log_prob(sampler, torch.zeros(2, 1), torch.tensor([0, 1]))
+    assert impossible == 0 and mean == pytest.approx((math.log(0.5) + math.log(0.25)) / 2)

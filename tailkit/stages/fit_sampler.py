@@ -44,16 +44,19 @@ def _pairs(labels: torch.Tensor | LabelSets) -> tuple[torch.Tensor | None, torch
 
 def mean_log_prob(
     sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, chunk: int = 65536
-) -> float:
-    """Mean log q of the true labels, per example (per (row, label) pair for multi-label)."""
+) -> tuple[float | None, int]:
+    """Mean log q of the true labels, per example (per (row, label) pair for multi-label), and
+    how many of them the proposal cannot draw at all (q = 0: a label unseen in training under
+    a proposal without smoothing); the mean is then −∞, reported as None."""
     rows, y = _pairs(labels)
-    total = 0.0
+    total, impossible = 0.0, 0
     for lo in range(0, y.shape[0], chunk):
         part = slice(lo, lo + chunk)
         xs = x[part] if rows is None else x.index_select(0, rows[part])
-        lp = sampler.log_prob(xs, y[part].unsqueeze(1))
-        total += float(lp.double().sum())
-    return total / max(y.shape[0], 1)
+        lp = sampler.log_prob(xs, y[part].unsqueeze(1)).double()
+        impossible += int(torch.isneginf(lp).sum())
+        total += float(lp[~torch.isneginf(lp)].sum())
+    return (None if impossible else total / max(y.shape[0], 1)), impossible
 
 
 def fit(sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, num_classes: int):
@@ -88,13 +91,15 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
             # A model-based proposal is the model itself: there is nothing to score before training.
             scored = sampler.conditions_on == "input"
             fitted = sampler.fit_report()
-            report[key] = {
-                "train_log_likelihood": mean_log_prob(sampler, train.x, train.labels)
-                if scored
-                else None,
-                "val_log_likelihood": mean_log_prob(sampler, val.x, val.labels) if scored else None,
-                **{k: v for k, v in fitted.items() if not k.endswith(TIMING_SUFFIX)},
+            report[key] = {f"{split}_log_likelihood": None for split in ("train", "val")} | {
+                k: v for k, v in fitted.items() if not k.endswith(TIMING_SUFFIX)
             }
+            for split, table in (("train", train), ("val", val)):
+                if scored:
+                    mean, impossible = mean_log_prob(sampler, table.x, table.labels)
+                    report[key][f"{split}_log_likelihood"] = mean
+                    if impossible:
+                        report[key][f"{split}_rows_with_q_zero"] = impossible
             timings[key] = {
                 "fit_seconds": round(fit_seconds, 4),
                 **{k: v for k, v in fitted.items() if k.endswith(TIMING_SUFFIX)},
