@@ -198,6 +198,8 @@ def main() -> None:
             root = Path(tmp)
             raw = DATA[data](root, args.epochs, args.dim)
             meta = isolated(prepare, root, raw)
+            if "error" in meta:
+                raise SystemExit(f"{data}: preparing the data failed: {meta['error']}")
             rows = meta.get("train_rows") or sum(meta["train_counts"])  # single-label: no key
             print(
                 f"\n{data}: {rows:,} train rows, {meta['num_classes']:,} labels, "
