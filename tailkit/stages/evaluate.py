@@ -22,6 +22,10 @@ its accuracy) over all labels and per many/medium/few group (groups by the rows 
 label in training), and the ECE of the top-1 prediction being one of the row's labels. The
 per-class file's ``accuracy`` column is then that label's recall@k. Propensities use the number
 of training rows as N.
+
+A model that trains itself (napkinXC, omikuji) scores only its top k labels: its metrics are
+computed from that ranking alone, ECE from its top probability, and the log-likelihood,
+margins and class diameters are None.
 """
 
 from __future__ import annotations

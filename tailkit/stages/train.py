@@ -8,6 +8,10 @@ the only file here that differs between two runs). An interrupted run resumes fr
 ``data/checkpoints/<experiment>/`` when its settings, inputs and code are unchanged: the
 checkpoint's fingerprint holds the hash of the experiment's component sources and of this
 stage's own code (:mod:`tailkit.codehash`), so after a code change it starts afresh.
+
+A model that trains itself (:class:`~tailkit.components.Learner`: napkinXC, omikuji) is fitted
+once by its tool instead; ``model.json`` sits beside the tool's own files in ``learner/``, and
+the learning curve is one point (the fit's seconds, the validation scores).
 """
 
 from __future__ import annotations
