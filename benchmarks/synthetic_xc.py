@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from tailkit.plugins.datasets.xc import write_legacy
+
 LABELS = 10_000
 FEATURES = 30_000
 CLUSTER = 20  # labels per cluster
@@ -82,15 +84,6 @@ def generate(rows: int, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     x = sp.csr_matrix((np.ones(words.size, np.float32), (word_rows, words)), shape=(rows, FEATURES))
     x.sum_duplicates()  # counts; also sorts each row's ids
     return x, y
-
-
-def write_legacy(path: Path, x: sp.csr_matrix, y: sp.csr_matrix) -> None:
-    """The repository's legacy text format: header ``N D L``, then ``labels features``."""
-    from sklearn.datasets import dump_svmlight_file
-
-    with path.open("wb") as f:
-        f.write(f"{x.shape[0]} {x.shape[1]} {y.shape[1]}\n".encode())
-        dump_svmlight_file(x, y, f, zero_based=True, multilabel=True)
 
 
 def write(out: Path, train: int = 60_000, test: int = 15_000, seed: int = 0) -> Path:

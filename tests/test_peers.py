@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
 from tailkit import hookimpl
 from tailkit.artifacts import LEARNER_FILES
@@ -25,6 +26,7 @@ from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.plugins.peers import tooling
 from tailkit.registry import make_registry
+from tailkit.sparse import SparseRows
 from tailkit.stages import download, evaluate, featurize, report, subsample, train
 
 HAVE_PEERS = tooling.available("napkinxc") and tooling.available("omikuji")
@@ -264,10 +266,6 @@ def test_napkinxc_fits_are_reproducible_on_one_thread_and_omikuji_says_it_is_not
 
     raw = WordsPerClass().load(tmp_path)
     x, y = raw.inputs.astype(np.float32), raw.labels
-    import torch
-
-    from tailkit.sparse import SparseRows
-
     rows = SparseRows.from_scipy(x)
     contents = []
     for run in range(2):

@@ -490,3 +490,21 @@ def test_load_single_label(tmp_path: Path) -> None:
     assert raw.splits == {"train": pytest.approx([0, 1, 2, 3, 4]), "test": pytest.approx([5])}
     assert raw.inputs.has_sorted_indices
     assert json.loads((dest / "xc.json").read_text())["splits"]["test"]["rows"] == 2
+
+
+def test_write_legacy_is_read_back_exactly_by_parse_file(tmp_path: Path) -> None:
+    """The legacy writer (omikuji's training file, the synthetic benchmark set) and the parser
+    agree: header, every row's sorted features and values, label sets, a label-less row."""
+    features = sp.csr_matrix(
+        np.array([[0, 1.5, 0, 2], [0.25, 0, 0, 0], [0, 0, 3, 0]], dtype=np.float32)
+    )
+    labels = sp.csr_matrix(np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=np.float32))
+    xc.write_legacy(tmp_path / "train.txt", features, labels)
+    with (tmp_path / "train.txt").open("rb") as f:
+        parsed = parse_file(f, "legacy", "train.txt")
+    assert parsed.header == (3, 4, 3) and parsed.rows == 3
+    np.testing.assert_array_equal(parsed.feat_counts, np.diff(features.indptr))
+    np.testing.assert_array_equal(parsed.feat_ids, features.indices)
+    np.testing.assert_array_equal(parsed.feat_vals, features.data)
+    np.testing.assert_array_equal(parsed.label_counts, np.diff(labels.indptr))
+    np.testing.assert_array_equal(parsed.label_ids, labels.indices)

@@ -52,7 +52,6 @@ def run(
     experiment: str,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    check_components(params, experiment, registry)
     if trains_itself(params, experiment, registry):
         return _fit_learner(params, layout, registry, experiment, progress)
     settings = params.resolved(experiment)
@@ -75,8 +74,7 @@ def run(
         device=device,
         generator=torch.Generator().manual_seed(seed),
     )
-    val_pick = torch.randperm(val_set.x.shape[0], generator=torch.Generator().manual_seed(seed))
-    val_pick = val_pick[: params.train.val_rows]
+    val_pick = _validation_rows(val_set.x.shape[0], params)
     cfg = LoopConfig(
         experiment=experiment,
         epochs=settings["epochs"],
@@ -147,6 +145,13 @@ def run(
     return timing
 
 
+def _validation_rows(rows: int, params: Params) -> torch.Tensor:
+    """The validation rows of the learning curve: a seeded pick of ``train.val_rows``, the same
+    for every experiment, whichever way it trains."""
+    pick = torch.randperm(rows, generator=torch.Generator().manual_seed(params.base.seed))
+    return pick[: params.train.val_rows]
+
+
 def _fit_learner(
     params: Params,
     layout: Layout,
@@ -157,14 +162,13 @@ def _fit_learner(
     """Train a model that trains itself (a wrapped tool): one ``fit`` on the training split,
     its files in the tool's format under ``learner/``, and a one-point learning curve (the fit's
     seconds and the validation scores of the same validation rows as the loop's)."""
+    check_components(params, experiment, registry)  # the loop's path checks in build_objective
     settings = params.resolved(experiment)
     meta = read_meta(layout.features)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     train_set = read_features(layout.features / "train.parquet")
     val_set = read_features(layout.features / "val.parquet")
-    val_pick = torch.randperm(
-        val_set.x.shape[0], generator=torch.Generator().manual_seed(params.base.seed)
-    )[: params.train.val_rows]
+    val_pick = _validation_rows(val_set.x.shape[0], params)
     if progress is not None:
         progress(0, 1)
     with atomic_dir(layout.model(experiment)) as tmp:

@@ -531,6 +531,18 @@ class Decoded:
     meta: dict[str, Any]
 
 
+def write_legacy(path: Path, features: sp.csr_matrix, labels: sp.csr_matrix) -> None:
+    """Write (N, D) CSR features and an (N, L) CSR 0/1 label indicator in the legacy format
+    that :func:`parse_file` reads: the header ``N D L``, then per row ``l1,l2,... f:v f:v ...``
+    with zero-based ids (scikit-learn's svmlight writer produces exactly those row lines).
+    omikuji trains only from such a file; the synthetic XC benchmark set is stored as one."""
+    from sklearn.datasets import dump_svmlight_file
+
+    with path.open("wb") as f:
+        f.write(f"{features.shape[0]} {features.shape[1]} {labels.shape[1]}\n".encode())
+        dump_svmlight_file(features, labels, f, zero_based=True, multilabel=True)
+
+
 def decode(path: str | Path, fmt: XCFormat = "auto", sha256: str | None = None) -> Decoded:
     """Parse the train and test files of the copy at ``path`` (an archive or a folder)."""
     path = Path(path).expanduser()

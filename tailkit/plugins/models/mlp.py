@@ -27,6 +27,18 @@ def relu_layers(
     return layers
 
 
+def hidden_widths(hidden: list[int] | None, model: str, non_empty: bool = False) -> list[int]:
+    """The hidden widths an MLP's ``hidden`` option gives (512 when unset), each a positive
+    int; ``non_empty`` for a model whose first layer needs one."""
+    widths = [512] if hidden is None else list(hidden)
+    if (non_empty and not widths) or any(
+        not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in widths
+    ):
+        kind = "non-empty list" if non_empty else "list"
+        raise ValueError(f"{model}: hidden must be a {kind} of positive widths, got {hidden!r}")
+    return widths
+
+
 class MLP(Encoder):
     """Φ(x) = ReLU(W_k … ReLU(W_1 x + b_1) … + b_k): fully connected layers with ReLU.
 
@@ -53,9 +65,7 @@ class MLP(Encoder):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        widths = [512] if hidden is None else list(hidden)
-        if any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in widths):
-            raise ValueError(f"mlp: hidden must be a list of positive widths, got {hidden!r}")
+        widths = hidden_widths(hidden, "mlp")
         self.net = torch.nn.Sequential(
             *relu_layers(in_dim, widths, dim, final_relu=final_relu, dropout=dropout)
         )

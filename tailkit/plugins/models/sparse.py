@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 
 from tailkit.components import Encoder
-from tailkit.plugins.models.mlp import relu_layers
+from tailkit.plugins.models.mlp import hidden_widths, relu_layers
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
@@ -106,13 +106,7 @@ class SparseMLP(Encoder):
         sparse_grad: bool | None = None,
     ) -> None:
         super().__init__()
-        widths = [512] if hidden is None else list(hidden)
-        if not widths or any(
-            not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in widths
-        ):
-            raise ValueError(
-                f"sparse-mlp: hidden must be a non-empty list of positive widths, got {hidden!r}"
-            )
+        widths = hidden_widths(hidden, "sparse-mlp", non_empty=True)
         self.embed = _bag(in_dim, widths[0], sparse_grad)
         self.bias = torch.nn.Parameter(torch.zeros(widths[0]))
         # the bag and its bias are the first Linear; the rest is the dense mlp's stack after it

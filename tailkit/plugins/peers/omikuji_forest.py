@@ -9,8 +9,8 @@ labels per leaf, liblinear L2-regularised hinge-loss nodes (C = 1), weights belo
 beam 10. Options are the tool's own, by its own names; scores are its probability estimates.
 
 omikuji reads training rows only from a file in the Extreme Classification Repository's text
-format, so ``fit`` writes one (scikit-learn's svmlight writer under the repository's header
-line) to a scratch directory. Rows without labels are left out: a label-tree node trains on
+format, so ``fit`` writes one (:func:`tailkit.plugins.datasets.xc.write_legacy`) to a scratch
+directory. Rows without labels are left out: a label-tree node trains on
 the rows of the labels below it, which such a row is not. The model is the directory omikuji
 writes (``settings.json`` and one CBOR file per tree), read back by the tool itself. omikuji
 takes no seed (its clustering draws from the operating system's entropy), so two fits give
@@ -27,6 +27,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from tailkit.components import Learner
+from tailkit.plugins.datasets.xc import write_legacy
 from tailkit.plugins.peers.tooling import (
     as_csr,
     label_matrix,
@@ -37,16 +38,6 @@ from tailkit.plugins.peers.tooling import (
 from tailkit.validation import Constraint, Interval
 
 _LOSS_TYPES = {"hinge": 0, "log": 1}  # omikuji's LossType enum
-
-
-def write_xc_text(path: Path, x, y) -> None:
-    """``x`` (N, D) CSR features and ``y`` (N, C) CSR label indicator as an XC text file: the
-    header "N D C", then per row "l1,l2 f:v f:v ..." with zero-based ids."""
-    from sklearn.datasets import dump_svmlight_file
-
-    with path.open("wb") as f:
-        f.write(f"{x.shape[0]} {x.shape[1]} {y.shape[1]}\n".encode())
-        dump_svmlight_file(x, y, f, zero_based=True, multilabel=True)
 
 
 class Omikuji(Learner):
@@ -116,7 +107,7 @@ class Omikuji(Learner):
             setattr(hyper, key, value)
         with tempfile.TemporaryDirectory(prefix="tailkit-omikuji-") as scratch:
             data = Path(scratch) / "train.txt"
-            write_xc_text(data, x[keep], y[keep])
+            write_legacy(data, x[keep], y[keep])
             with quiet_console():
                 model = omikuji.Model.train_on_data(str(data), hyper, n_threads=self.threads)
                 model.save(str(directory))

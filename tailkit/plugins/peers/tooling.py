@@ -44,28 +44,22 @@ def quiet_console() -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
-
-    def restore() -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, copy in saved.items():
-            os.dup2(copy, fd)
-
     with tempfile.TemporaryFile() as sink:
         for fd in saved:
             os.dup2(sink.fileno(), fd)
         try:
             yield
         except Exception as exc:
-            restore()
             sink.seek(0)
             lines = sink.read()[-4096:].decode(errors="replace").strip().splitlines()
             if lines:
                 exc.add_note(f"last output of the tool: {lines[-1].strip()[-300:]}")
             raise
         finally:
-            restore()
-            for copy in saved.values():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
                 os.close(copy)
 
 
