@@ -19,7 +19,7 @@ the fit, and the validation accuracy of every method at equal wall-clock. The le
 go to ``docs/convergence-<dataset>.png`` and their numbers to ``docs/convergence-<dataset>.json``.
 
 Datasets: ``synthetic`` (the hierarchical Gaussian mixture, C = 10^5 labels, dim 32, Zipf
-tail); ``geonames`` reads the pipeline's features (run ``dvc repro featurize`` first).
+tail); ``geonames`` reads the pipeline's RFF features (run ``dvc repro featurize@rff`` first).
 """
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ def synthetic(args) -> dict:
 
 
 def geonames(args) -> dict:
-    features = ROOT / "data" / "features"
+    features = ROOT / "data" / "features" / "rff"
     if not (features / "train.parquet").exists():
-        raise SystemExit("geonames: run `dvc repro featurize` first (reads data/features)")
+        raise SystemExit("geonames: run `dvc repro featurize@rff` first (reads data/features/rff)")
     train_set = read_features(features / "train.parquet")
     val_set = read_features(features / "val.parquet")
     meta = json.loads((features / "meta.json").read_text())

@@ -34,6 +34,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+ROOT = Path(__file__).parents[1]
+
 SINGLE_LABEL_COLUMNS = (
     ("acc.", "test", "accuracy"),
     ("bal. acc.", "test", "balanced_accuracy"),
@@ -56,8 +60,8 @@ MULTILABEL_COLUMNS = (
     ("few", "test", "few"),
 )
 PEERS = {
-    "napkinxc-plt": {"sampler": "none", "model": {"name": "napkinxc-plt"}},
-    "omikuji": {"sampler": "none", "model": {"name": "omikuji"}},
+    "napkinxc-plt": {"sampler": "none", "features": "sparse", "model": {"name": "napkinxc-plt"}},
+    "omikuji": {"sampler": "none", "features": "sparse", "model": {"name": "omikuji"}},
 }
 
 
@@ -65,6 +69,7 @@ def _tailkit(loss: dict, epochs: float, dim: int, **extra: Any) -> dict[str, Any
     return {
         "loss": loss,
         "sampler": "none",
+        "features": "sparse",
         "model": {"name": "sparse-linear", "dim": dim},
         "optimizer": {"name": "adagrad", "lr": 0.1},
         "epochs": epochs,
@@ -72,10 +77,10 @@ def _tailkit(loss: dict, epochs: float, dim: int, **extra: Any) -> dict[str, Any
     }
 
 
-def geonames(root: Path, epochs: float, dim: int) -> dict[str, Any]:
+def geonames(root: Path, epochs: float, dim: int, cells: dict[str, Any]) -> dict[str, Any]:
     return {
         "dataset": {"name": "geonames"},
-        "featurize": {"name": "geocells"},
+        "featurize": {"sparse": {"name": "geocells", **cells}},
         "experiments": {
             "softmax": _tailkit({"name": "softmax"}, epochs, dim),
             "logit-adjusted": _tailkit({"name": "logit-adjusted", "tau": 1.0}, epochs, dim),
@@ -85,14 +90,14 @@ def geonames(root: Path, epochs: float, dim: int) -> dict[str, Any]:
     }
 
 
-def synthetic_xc(root: Path, epochs: float, dim: int) -> dict[str, Any]:
+def synthetic_xc(root: Path, epochs: float, dim: int, cells: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).parent))
     from synthetic_xc import write
 
     folder = write(root / "synthetic-xc-files")
     return {
         "dataset": {"name": "xc", "path": str(folder)},
-        "featurize": {"name": "tfidf"},
+        "featurize": {"sparse": {"name": "tfidf"}},
         "samplers": {"unigram": {"name": "unigram", "alpha": 1.0}},
         "experiments": {
             "multilabel-ce": _tailkit({"name": "multilabel-ce"}, epochs, dim),
@@ -128,10 +133,10 @@ def prepare(root: Path, raw: dict[str, Any]) -> dict[str, Any]:
     params, layout, registry = _context(root, raw)
     download.run(params, layout, registry)
     subsample.run(params, layout, registry)
-    featurize.run(params, layout, registry)
+    featurize.run(params, layout, registry, "sparse")
     if params.samplers:
         fit_sampler.run(params, layout, registry)
-    return read_meta(layout.features)
+    return read_meta(layout.feature_set("sparse"))
 
 
 def run_experiment(root: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:
@@ -184,26 +189,45 @@ def table(results: dict[str, dict[str, Any]], multilabel: bool) -> str:
     return "\n".join(lines)
 
 
+def _options(text: str) -> dict[str, Any]:
+    """``finest=0.04,levels=9`` as {finest: 0.04, levels: 9} (YAML scalars)."""
+    pairs = (item.split("=", 1) for item in text.split(",") if item)
+    return {key: yaml.safe_load(value) for key, value in pairs}
+
+
+def _default_cells() -> dict[str, Any]:
+    """The options of the repository's default geocells feature set, so the benchmark measures
+    what `make repro` runs."""
+    spec = yaml.safe_load((ROOT / "params.yaml").read_text())["featurize"].get("geocells", {})
+    return {key: value for key, value in spec.items() if key != "name"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="geonames,synthetic-xc")
     parser.add_argument("--epochs", type=float, default=2)
     parser.add_argument("--dim", type=int, default=256, help="sparse-linear's embedding width")
     parser.add_argument("--only", help="comma-separated experiment names to run")
+    parser.add_argument(
+        "--geocells",
+        default=_default_cells(),
+        type=_options,
+        help="GeoNames' geocells options as key=value,... (default: params.yaml's geocells set)",
+    )
     parser.add_argument("--json", type=Path, help="also write every metrics file's numbers here")
     args = parser.parse_args()
     report: dict[str, Any] = {}
     for data in args.data.split(","):
         with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
             root = Path(tmp)
-            raw = DATA[data](root, args.epochs, args.dim)
+            raw = DATA[data](root, args.epochs, args.dim, args.geocells)
             meta = isolated(prepare, root, raw)
             if "error" in meta:
                 raise SystemExit(f"{data}: preparing the data failed: {meta['error']}")
             rows = meta.get("train_rows") or sum(meta["train_counts"])  # single-label: no key
             print(
                 f"\n{data}: {rows:,} train rows, {meta['num_classes']:,} labels, "
-                f"{meta['dim']:,} feature columns ({raw['featurize']['name']})"
+                f"{meta['dim']:,} feature columns ({raw['featurize']['sparse']['name']})"
             )
             wanted = args.only.split(",") if args.only else list(raw["experiments"])
             results = {

@@ -93,13 +93,22 @@ def subsample(params_path: Path, quiet: bool) -> None:
 
 @cli.command()
 @params_option
+@click.option(
+    "--features",
+    "sets",
+    multiple=True,
+    help="Key of params.featurize to write (repeatable; default: every feature set).",
+)
 @quiet_option
-def featurize(params_path: Path, quiet: bool) -> None:
-    """Fit the featurizer and write the Parquet feature cache."""
+def featurize(params_path: Path, sets: tuple[str, ...], quiet: bool) -> None:
+    """Fit each feature set's featurizer and write its Parquet feature cache."""
     from tailkit.stages import featurize as stage
 
-    meta = _guard(lambda: stage.run(*_context(params_path, quiet)))
-    _say(quiet, f"featurize: {meta['featurize']['name']} -> {meta['dim']} dimensions")
+    context = _guard(lambda: _context(params_path, quiet))
+    for key in sets or tuple(context[0].featurize):
+        meta = _guard(lambda key=key: stage.run(*context, key))
+        name = meta["featurize"]["name"]
+        _say(quiet, f"featurize@{key}: {name} -> {meta['dim']:,} {meta['kind']} dimensions")
 
 
 @cli.command("fit-sampler")

@@ -126,8 +126,9 @@ def build_model(
                 c.name for c in registry.components("models") if model_input_kind(c.factory) == kind
             ]
             raise InvalidParameterError(
-                f"{key}: model {exp.model['name']!r} reads {reads} features, but featurizer "
-                f"{params.featurize['name']!r} writes {kind} ones; models for {kind} features: "
+                f"{key}: model {exp.model['name']!r} reads {reads} features, but feature set "
+                f"{exp.features!r} ({params.featurize[exp.features]['name']}) holds {kind} ones; "
+                f"models for {kind} features: "
                 f"{', '.join(fits) or '(none installed)'}"
             )
     return registry.build("models", exp.model, key, in_dim)
@@ -138,7 +139,7 @@ def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> 
     metrics file (and ``dvc metrics diff``) records the code behind every number."""
     out = {
         "dataset": registry.provenance("datasets", params.dataset),
-        "featurizer": registry.provenance("featurizers", params.featurize),
+        "featurizer": registry.provenance("featurizers", params.featurize[settings["features"]]),
         "model": registry.provenance("models", settings["model"]),
     }
     if settings["loss"] is not None:

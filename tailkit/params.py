@@ -95,7 +95,8 @@ class EvaluateParams:
 
 @dataclass(frozen=True)
 class ExperimentParams:
-    """One row of the comparison: a loss, a sampler, an optimiser, and overrides.
+    """One row of the comparison: the feature set it trains on, a loss, a sampler, an
+    optimiser, and overrides.
 
     ``loss`` and ``optimizer`` are required unless the model trains itself (a wrapped tool
     such as ``napkinxc-plt`` or ``omikuji``, :class:`~tailkit.components.Learner`), which takes
@@ -103,8 +104,10 @@ class ExperimentParams:
     (:func:`tailkit.experiment.check_components`).
     """
 
-    # Required, even when "none": dvc.yaml makes train@<experiment> depend on its directory.
+    # Both required (sampler even when "none"): dvc.yaml makes train@<experiment> depend on
+    # exactly its own feature set's and sampler's directories.
     sampler: str
+    features: str
     loss: dict[str, Any] | None = None
     optimizer: dict[str, Any] | None = None
     model: dict[str, Any] = field(default_factory=lambda: {"name": "linear"})
@@ -126,11 +129,14 @@ class Params:
     base: BaseParams
     dataset: dict[str, Any]
     subsample: SubsampleParams
-    featurize: dict[str, Any]
+    # Named feature sets, each a featurizer spec; featurize@<set> writes data/features/<set>/.
+    featurize: dict[str, dict[str, Any]]
     samplers: dict[str, dict[str, Any]]
     train: TrainParams
     evaluate: EvaluateParams
     experiments: dict[str, ExperimentParams]
+    # The feature set each sampler is fitted on (its `features:` key; default the first set).
+    sampler_features: dict[str, str] = field(default_factory=dict)
     source: str = "params.yaml"
 
     def experiment(self, name: str) -> ExperimentParams:
@@ -195,10 +201,11 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         values = raw.get(name) or {}
         return cls(**validate_options(f"{source}: {name}", cls, values))
 
+    featurize = _feature_sets(source, raw.get("featurize"))
     samplers_raw = raw.get("samplers") or {}
     if not isinstance(samplers_raw, Mapping):
         raise InvalidParameterError(f"{source}: samplers: expected a mapping of named samplers")
-    samplers = {}
+    samplers, sampler_features = {}, {}
     for key, spec in samplers_raw.items():
         _check_name(source, f"samplers.{key}", key)
         if key == NO_SAMPLER:
@@ -206,7 +213,11 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
                 f"{source}: samplers.{NO_SAMPLER}: the name {NO_SAMPLER!r} is reserved for "
                 "experiments without negatives"
             )
-        samplers[key] = _component(source, f"samplers.{key}", spec)
+        spec = _component(source, f"samplers.{key}", spec)
+        # `features` says where the sampler is fitted; it is no option of the sampler plugin.
+        sampler_features[key] = spec.pop("features", next(iter(featurize)))
+        _check_feature_set(source, f"samplers.{key}.features", sampler_features[key], featurize)
+        samplers[key] = spec
 
     experiments_raw = raw.get("experiments")
     if not isinstance(experiments_raw, Mapping) or not experiments_raw:
@@ -225,19 +236,56 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
                 f"{where}.sampler: got {exp.sampler!r}; expected one of the keys of samplers: "
                 + ", ".join(allowed)
             )
+        _check_feature_set(source, f"experiments.{key}.features", exp.features, featurize)
+        fitted_on = sampler_features.get(exp.sampler, exp.features)
+        if fitted_on != exp.features:
+            raise InvalidParameterError(
+                f"{where}.sampler: sampler {exp.sampler!r} is fitted on feature set "
+                f"{fitted_on!r} but the experiment trains on {exp.features!r}; define a "
+                f"sampler with `features: {exp.features}` for it"
+            )
         experiments[key] = exp
 
     return Params(
         base=section("base", BaseParams),
         dataset=_component(source, "dataset", raw.get("dataset", "geonames")),
         subsample=section("subsample", SubsampleParams),
-        featurize=_component(source, "featurize", raw.get("featurize", "identity")),
+        featurize=featurize,
         samplers=samplers,
         train=section("train", TrainParams),
         evaluate=section("evaluate", EvaluateParams),
         experiments=experiments,
+        sampler_features=sampler_features,
         source=source,
     )
+
+
+def _feature_sets(source: str, raw: Any) -> dict[str, dict[str, Any]]:
+    """``featurize``: a non-empty mapping of named feature sets, each a featurizer spec."""
+    example = "featurize: {rff: {name: rff, dim: 512}} and `features: rff` in each experiment"
+    if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
+        raise InvalidParameterError(
+            f"{source}: featurize: got one featurizer ({raw['name']!r}); featurize is a mapping "
+            f"of named feature sets, e.g. {example}"
+        )
+    if not isinstance(raw, Mapping) or not raw:
+        raise InvalidParameterError(
+            f"{source}: featurize: expected a non-empty mapping of named feature sets, "
+            f"e.g. {example}"
+        )
+    sets = {}
+    for key, spec in raw.items():
+        _check_name(source, f"featurize.{key}", key)
+        sets[key] = _component(source, f"featurize.{key}", spec)
+    return sets
+
+
+def _check_feature_set(source: str, key: str, name: Any, featurize: Mapping[str, Any]) -> None:
+    if name not in featurize:
+        raise InvalidParameterError(
+            f"{source}: {key}: got {name!r}; expected one of the feature sets of featurize: "
+            + ", ".join(featurize)
+        )
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

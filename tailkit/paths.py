@@ -43,7 +43,12 @@ class Layout:
 
     @property
     def features(self) -> Path:
+        """Every feature set (fit-sampler depends on the whole folder)."""
         return self.root / "data" / "features"
+
+    def feature_set(self, key: str) -> Path:
+        """One named feature set of ``params.featurize``: its split Parquet files and meta."""
+        return self.features / key
 
     @property
     def samplers(self) -> Path:

@@ -2,8 +2,8 @@
 
 One place for their format, so that the stages that read them depend on this module and not
 on the subsample stage's code (editing how subsample draws rows must not re-run a reader).
-``meta.json`` is extended by featurize into ``data/features/meta.json``: the same reader serves
-both.
+``meta.json`` is extended by featurize@<set> into ``data/features/<set>/meta.json``: the same
+reader serves both.
 """
 
 from __future__ import annotations
@@ -42,5 +42,5 @@ def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray | Lab
 
 def read_meta(directory: Path) -> dict[str, Any]:
     """The meta.json that subsample writes and featurize extends."""
-    producer = "featurize" if directory.name == "features" else "subsample"
+    producer = f"featurize@{directory.name}" if directory.parent.name == "features" else "subsample"
     return json.loads(require(directory / "meta.json", producer).read_text())

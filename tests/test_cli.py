@@ -126,8 +126,23 @@ def test_a_stage_run_before_its_inputs_exist_names_the_missing_file(tmp_path):
     _fails_cleanly(
         tmp_path,
         ["evaluate", "--experiment", "softmax"],
-        "data/features/meta.json: missing; run `dvc repro featurize` first",
+        "data/features/rff/meta.json: missing; run `dvc repro featurize@rff` first",
     )
+
+
+@pytest.mark.slow
+def test_featurize_names_the_feature_sets_it_knows(tmp_path):
+    _params(tmp_path)
+    run([sys.executable, "-m", "tailkit", "download", "--quiet"], tmp_path)
+    run([sys.executable, "-m", "tailkit", "subsample", "--quiet"], tmp_path)
+    _fails_cleanly(
+        tmp_path,
+        ["featurize", "--features", "cells"],
+        "params.yaml: featurize: no feature set 'cells'; defined: rff",
+    )
+    assert not (tmp_path / "data" / "features").exists()
+    run([sys.executable, "-m", "tailkit", "featurize", "--features", "rff", "--quiet"], tmp_path)
+    assert sorted(p.name for p in (tmp_path / "data" / "features").iterdir()) == ["rff"]
 
 
 @pytest.mark.slow

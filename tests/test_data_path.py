@@ -136,11 +136,12 @@ def _params(dataset, featurize="identity", model="linear", **subsample):
         {
             "dataset": dataset,
             "subsample": {"val_fraction": 0.25, **subsample},
-            "featurize": featurize,
+            "featurize": {"x": featurize},
             "experiments": {
                 "softmax": {
                     "loss": {"name": "softmax"},
                     "sampler": "none",
+                    "features": "x",
                     "model": model if isinstance(model, dict) else {"name": model},
                     "optimizer": {"name": "adagrad", "lr": 0.1},
                 }
@@ -166,10 +167,13 @@ def test_images_end_to_end_keep_the_given_test_split(tmp_path: Path) -> None:
     assert split_meta["train_counts"] == [12, 7, 4, 3]  # floor(12 · 4^(-r/3))
     assert split_meta["test_counts"] == [3, 3, 3, 3]
 
-    meta = featurize.run(params, layout, REGISTRY)
+    meta = featurize.run(params, layout, REGISTRY, "x")
     assert (meta["kind"], meta["shape"], meta["dim"]) == ("image", [6, 5, 3], 90)
-    assert json.loads((layout.features / "meta.json").read_text())["kind"] == "image"
-    tables = {name: read_features(layout.features / f"{name}.parquet") for name in subsample.SPLITS}
+    assert json.loads((layout.feature_set("x") / "meta.json").read_text())["kind"] == "image"
+    tables = {
+        name: read_features(layout.feature_set("x") / f"{name}.parquet")
+        for name in subsample.SPLITS
+    }
     np.testing.assert_array_equal(tables["test"].row_ids.numpy(), raw.splits["test"])
     for name, table in tables.items():
         assert table.kind == "image" and table.x.dtype == torch.uint8
@@ -189,11 +193,11 @@ def test_a_featurizer_that_does_not_take_the_modality_is_refused_before_fitting(
     params = _params("tiny-images", {"name": "rff", "dim": 8})
     layout = _prepare(tmp_path, params)
     with pytest.raises(InvalidParameterError) as info:
-        featurize.run(params, layout, REGISTRY)
+        featurize.run(params, layout, REGISTRY, "x")
     message = str(info.value)
-    assert message.startswith("featurize.name: featurizer 'rff' accepts dense inputs")
+    assert message.startswith("featurize.x.name: featurizer 'rff' accepts dense inputs")
     assert "dataset 'tiny-images' is image" in message and "pixels" in message
-    assert "\n" not in message and not layout.features.exists()
+    assert "\n" not in message and not layout.feature_set("x").exists()
 
 
 def test_cifar_lt_counts_through_the_subsample_stage(tmp_path: Path) -> None:
@@ -213,9 +217,9 @@ def test_cifar_lt_counts_through_the_subsample_stage(tmp_path: Path) -> None:
 def test_sparse_inputs_through_tfidf_svd_into_the_dense_cache(tmp_path: Path) -> None:
     params = _params("tiny-xc", {"name": "tfidf-svd", "dim": 8})
     layout = _prepare(tmp_path, params)
-    meta = featurize.run(params, layout, REGISTRY)
+    meta = featurize.run(params, layout, REGISTRY, "x")
     assert (meta["kind"], meta["dim"]) == ("dense", 8)
-    test = read_features(layout.features / "test.parquet")
+    test = read_features(layout.feature_set("x") / "test.parquet")
     assert test.kind == "dense" and test.x.dtype == torch.float32
     assert tuple(test.x.shape) == (30, 8)
     np.testing.assert_array_equal(test.row_ids.numpy(), np.arange(60, 90))
@@ -225,9 +229,9 @@ def test_sparse_inputs_through_tfidf_svd_into_the_dense_cache(tmp_path: Path) ->
 def test_sparse_features_are_cached_as_idx_val_and_train_a_sparse_model(tmp_path: Path) -> None:
     params = _params("tiny-xc", "sparse-identity")
     layout = _prepare(tmp_path, params)
-    meta = featurize.run(params, layout, REGISTRY)
+    meta = featurize.run(params, layout, REGISTRY, "x")
     assert (meta["kind"], meta["dim"]) == ("sparse", 40)
-    path = layout.features / "train.parquet"
+    path = layout.feature_set("x") / "train.parquet"
     raw = TinyXC().load(layout.raw)
     table = read_features(path, kinds=KINDS)
     rows = table.row_ids.numpy()
@@ -249,8 +253,8 @@ def test_sparse_features_are_cached_as_idx_val_and_train_a_sparse_model(tmp_path
 def test_multi_label_rows_keep_their_label_sets_through_featurize(tmp_path: Path) -> None:
     params = _params({"name": "tiny-xc", "single_label": False}, "tfidf-svd")
     layout = _prepare(tmp_path, params)
-    featurize.run(params, layout, REGISTRY)
-    test = read_features(layout.features / "test.parquet")
+    featurize.run(params, layout, REGISTRY, "x")
+    test = read_features(layout.feature_set("x") / "test.parquet")
     assert test.labels.indices.tolist() == (np.arange(60, 90) % 3).tolist()
     assert test.labels.sizes.tolist() == [1] * 30
 
@@ -261,8 +265,8 @@ def test_a_featurizer_whose_output_is_not_what_it_declares_is_a_plugin_error(
     params = _params("tiny-xc", "lies-about-output")
     layout = _prepare(tmp_path, params)
     with pytest.raises(PluginError, match=r"declares output 'image'.*sparse matrix"):
-        featurize.run(params, layout, REGISTRY)
-    assert not layout.features.exists()
+        featurize.run(params, layout, REGISTRY, "x")
+    assert not layout.feature_set("x").exists()
 
 
 def test_resnet32_trains_and_evaluates_on_cached_images_through_the_stages(tmp_path: Path):
@@ -273,7 +277,7 @@ def test_resnet32_trains_and_evaluates_on_cached_images_through_the_stages(tmp_p
             "base": {"device": "cpu"},
             "dataset": {"name": "tiny-images", "train_per_class": 40, "test_per_class": 10},
             "subsample": {"val_fraction": 0.25},
-            "featurize": "pixels",
+            "featurize": {"x": "pixels"},
             "train": {"epochs": 2, "batch_size": 16, "eval_every": 5, "val_rows": 32},
             "evaluate": {"batch_size": 16},
             "experiments": {
@@ -281,6 +285,7 @@ def test_resnet32_trains_and_evaluates_on_cached_images_through_the_stages(tmp_p
                     "loss": {"name": "softmax"},
                     "model": {"name": "resnet32"},
                     "sampler": "none",
+                    "features": "x",
                     "optimizer": {
                         "name": "sgd",
                         "lr": 0.05,
@@ -294,7 +299,7 @@ def test_resnet32_trains_and_evaluates_on_cached_images_through_the_stages(tmp_p
         "test-params",
     )
     layout = _prepare(tmp_path, raw)
-    meta = featurize.run(raw, layout, REGISTRY)
+    meta = featurize.run(raw, layout, REGISTRY, "x")
     assert meta["kind"] == "image" and meta["shape"] == [6, 5, 3]
     fit_sampler.run(raw, layout, REGISTRY)
     summary = train.run(raw, layout, REGISTRY, "ce")

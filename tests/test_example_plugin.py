@@ -52,11 +52,13 @@ def test_a_pipeline_uses_the_plugin_loss_and_sampler(plugin_site, tmp_path):
         "smoothed": {
             "loss": {"name": "label-smoothing", "epsilon": 0.1},
             "sampler": "none",
+            "features": "rff",
             "optimizer": {"name": "adagrad", "lr": 0.1},
         },
         "mixed": {
             "loss": {"name": "sampled-softmax"},
             "sampler": "mix",
+            "features": "rff",
             "negatives": 8,
             "optimizer": {"name": "adagrad", "lr": 0.1},
         },

@@ -144,22 +144,44 @@ def _plugin():
 REGISTRY = make_registry(extra_plugins=[("test-multilabel", _plugin())])
 ADAGRAD = {"name": "adagrad", "lr": 0.3}
 EXPERIMENTS = {
-    "zlpr": {"loss": {"name": "multilabel-ce"}, "sampler": "none", "optimizer": ADAGRAD},
-    "pal": {"loss": {"name": "softmax"}, "sampler": "none", "optimizer": ADAGRAD},
-    "bce": {"loss": {"name": "decoupled"}, "sampler": "none", "optimizer": ADAGRAD},
+    "zlpr": {
+        "loss": {"name": "multilabel-ce"},
+        "sampler": "none",
+        "features": "tfidf-svd",
+        "optimizer": ADAGRAD,
+    },
+    "pal": {
+        "loss": {"name": "softmax"},
+        "sampler": "none",
+        "features": "tfidf-svd",
+        "optimizer": ADAGRAD,
+    },
+    "bce": {
+        "loss": {"name": "decoupled"},
+        "sampler": "none",
+        "features": "tfidf-svd",
+        "optimizer": ADAGRAD,
+    },
     "sampled": {
         "loss": {"name": "sampled-softmax"},
         "sampler": "unigram",
+        "features": "tfidf-svd",
         "negatives": 4,
         "optimizer": ADAGRAD,
     },
     "tree-ns": {
         "loss": {"name": "negative-sampling"},
         "sampler": "tree",
+        "features": "tfidf-svd",
         "negatives": 3,
         "optimizer": ADAGRAD,
     },
-    "la": {"loss": {"name": "logit-adjusted"}, "sampler": "none", "optimizer": ADAGRAD},
+    "la": {
+        "loss": {"name": "logit-adjusted"},
+        "sampler": "none",
+        "features": "tfidf-svd",
+        "optimizer": ADAGRAD,
+    },
 }
 
 
@@ -168,7 +190,7 @@ def _raw_params(**subsample) -> dict:
         "base": {"device": "cpu"},
         "dataset": {"name": "topic-xc"},
         "subsample": {"val_fraction": 0.2, **subsample},
-        "featurize": {"name": "tfidf-svd", "dim": 24},
+        "featurize": {"tfidf-svd": {"name": "tfidf-svd", "dim": 24}},
         "samplers": {"unigram": {"name": "unigram"}, "tree": {"name": "tree", "k": 3}},
         "train": {"epochs": 12, "batch_size": 32, "eval_every": 20, "val_rows": 100},
         "evaluate": {"batch_size": 64, "label_chunk": 5},
@@ -186,7 +208,7 @@ def prepared(tmp_path_factory) -> tuple[object, Layout]:
     layout = Layout(tmp_path_factory.mktemp("multilabel"))
     download.run(params, layout, REGISTRY)
     subsample.run(params, layout, REGISTRY)
-    featurize.run(params, layout, REGISTRY)
+    featurize.run(params, layout, REGISTRY, "tfidf-svd")
     fit_sampler.run(params, layout, REGISTRY)
     return params, layout
 
@@ -237,7 +259,7 @@ def test_a_single_label_full_loss_is_refused_naming_the_multi_label_losses(prepa
 def _dense_scores(params, layout: Layout, experiment: str) -> np.ndarray:
     """Test scores f(x) = W x + b of a trained linear model, all labels at once."""
     state = tensorfile.load(layout.model(experiment) / "model.safetensors")
-    x = read_features(layout.features / "test.parquet").x
+    x = read_features(layout.feature_set("tfidf-svd") / "test.parquet").x
     w, b = state["layer"]["weight"], state["layer"]["bias"]
     return (x @ w.t() + b).numpy()
 
@@ -257,9 +279,9 @@ def test_train_and_evaluate_report_the_xc_metrics_of_the_trained_scores(prepared
     summary = train.run(params, layout, REGISTRY, experiment)
     assert summary["steps"] == 12 * math.ceil(480 / 32)
     metrics = evaluate.run(params, layout, REGISTRY, experiment)
-    test = read_features(layout.features / "test.parquet").labels
+    test = read_features(layout.feature_set("tfidf-svd") / "test.parquet").labels
     truth = _brute_sets(test)
-    meta = json.loads((layout.features / "meta.json").read_text())
+    meta = json.loads((layout.feature_set("tfidf-svd") / "meta.json").read_text())
     q = inverse_propensity(np.asarray(meta["train_counts"]), meta["train_rows"])
     scores = _dense_scores(params, layout, experiment)
     # Negative sampling from the tree adds log p_n(y|x) at prediction (Bamler-Mandt); the raw

@@ -46,6 +46,26 @@ def _with(path: str, value):
         ("samplers.none", {"name": "uniform"}, r"samplers\.none: the name 'none' is reserved"),
         ("experiments.bad name", {}, r"experiments\.bad name: name 'bad name'"),
         ("bogus", 1, r"unknown key 'bogus'; allowed keys are base, dataset"),
+        (
+            "experiments.softmax.features",
+            "tfidf",
+            r"experiments\.softmax\.features: got 'tfidf'; expected one of the feature sets of "
+            r"featurize: geocells, rff",
+        ),
+        (
+            "samplers.tree.features",
+            "pixels",
+            r"samplers\.tree\.features: got 'pixels'; expected one of the feature sets",
+        ),
+        ("featurize.bad set", {"name": "rff"}, r"featurize\.bad set: name 'bad set'"),
+        ("featurize.rff", 3, r"featurize\.rff: got 3; expected a mapping with a 'name' key"),
+        ("featurize", {}, r"featurize: expected a non-empty mapping of named feature sets"),
+        (
+            "featurize",
+            {"name": "rff", "dim": 512},
+            r"featurize: got one featurizer \('rff'\); featurize is a mapping of named feature "
+            r"sets, e\.g\. featurize: \{rff: \{name: rff, dim: 512\}\} and `features: rff`",
+        ),
     ],
 )
 def test_bad_values_are_reported_on_one_line(path, value, expected):
@@ -60,6 +80,33 @@ def test_experiment_must_name_its_sampler():
     del raw["experiments"]["softmax"]["sampler"]
     with pytest.raises(InvalidParameterError, match="missing required key 'sampler'"):
         parse_params(raw)
+
+
+def test_experiment_must_name_its_feature_set():
+    raw = copy.deepcopy(DEFAULT)
+    del raw["experiments"]["softmax"]["features"]
+    with pytest.raises(InvalidParameterError, match="softmax: missing required key 'features'"):
+        parse_params(raw)
+
+
+def test_samplers_are_fitted_on_the_first_feature_set_unless_they_name_one():
+    params = parse_params(DEFAULT)
+    assert list(params.featurize) == ["geocells", "rff"]
+    assert set(params.sampler_features.values()) == {"geocells"}
+    assert all("features" not in spec for spec in params.samplers.values())  # no plugin option
+    raw = _with("samplers.tree.features", "rff")
+    # every experiment on the tree now trains on features the tree was not fitted on
+    with pytest.raises(InvalidParameterError) as info:
+        parse_params(raw)
+    assert str(info.value) == (
+        "params.yaml: experiments.ns-adversarial.sampler: sampler 'tree' is fitted on feature "
+        "set 'rff' but the experiment trains on 'geocells'; define a sampler with "
+        "`features: geocells` for it"
+    )
+    raw["samplers"]["tree-rff"] = raw["samplers"].pop("tree")
+    raw["experiments"]["ns-adversarial"]["features"] = "rff"
+    raw["experiments"]["ns-adversarial"]["sampler"] = "tree-rff"
+    assert parse_params(raw).sampler_features["tree-rff"] == "rff"
 
 
 def test_invalid_yaml_names_the_line(tmp_path):

@@ -90,7 +90,7 @@ def _params(experiments: dict, multilabel: bool = False):
         {
             "dataset": {"name": "words-per-class", "multilabel": multilabel},
             "subsample": {"val_fraction": 0.1},
-            "featurize": {"name": "tfidf"},
+            "featurize": {"tfidf": {"name": "tfidf"}},
             "train": {"epochs": 3, "batch_size": 64, "eval_every": 1000},
             "experiments": experiments,
         },
@@ -102,12 +102,15 @@ def _prepare(root: Path, params) -> Layout:
     layout = Layout(root)
     download.run(params, layout, REGISTRY)
     subsample.run(params, layout, REGISTRY)
-    featurize.run(params, layout, REGISTRY)
+    featurize.run(params, layout, REGISTRY, "tfidf")
     return layout
 
 
 def _peer_experiments() -> dict:
-    return {key: {"sampler": "none", "model": model} for key, model in PEERS.items()}
+    return {
+        key: {"sampler": "none", "features": "tfidf", "model": model}
+        for key, model in PEERS.items()
+    }
 
 
 def _topk_by_hand(model_dir: Path, name: str, x: sp.csr_matrix, k: int) -> np.ndarray:
@@ -138,16 +141,19 @@ def _topk_by_hand(model_dir: Path, name: str, x: sp.csr_matrix, k: int) -> np.nd
 def test_peers_train_and_evaluate_as_rows_of_the_table(tmp_path: Path) -> None:
     from tailkit.cache import read_features
 
-    experiments = _peer_experiments()
-    experiments["softmax"] = {
-        "loss": {"name": "softmax"},
-        "sampler": "none",
-        "model": {"name": "sparse-linear", "dim": 32},
-        "optimizer": {"name": "adagrad", "lr": 0.1},
+    experiments = {  # a loop model first: the report's settings table starts from its keys
+        "softmax": {
+            "loss": {"name": "softmax"},
+            "sampler": "none",
+            "features": "tfidf",
+            "model": {"name": "sparse-linear", "dim": 32},
+            "optimizer": {"name": "adagrad", "lr": 0.1},
+        },
+        **_peer_experiments(),
     }
     params = _params(experiments)
     layout = _prepare(tmp_path, params)
-    test = read_features(layout.features / "test.parquet")
+    test = read_features(layout.feature_set("tfidf") / "test.parquet")
     x, y = test.x.to_scipy(), test.labels.numpy()
     for key, spec in PEERS.items():
         timing = train.run(params, layout, REGISTRY, key)
@@ -185,7 +191,7 @@ def test_peers_take_multi_label_rows(tmp_path: Path) -> None:
 
     params = _params(_peer_experiments(), multilabel=True)
     layout = _prepare(tmp_path, params)
-    test = read_features(layout.features / "test.parquet")
+    test = read_features(layout.feature_set("tfidf") / "test.parquet")
     indptr, indices = test.labels.csr_pair()
     truth = [set(indices[a:b].tolist()) for a, b in itertools.pairwise(indptr.tolist())]
     for key, spec in PEERS.items():
@@ -203,13 +209,17 @@ def test_peers_take_multi_label_rows(tmp_path: Path) -> None:
 
 def test_a_peer_experiment_takes_no_loss_and_a_loop_model_needs_one(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
-    with_loss = _params({"p": {"sampler": "none", "model": PEERS["forest"], **_objective()}})
+    with_loss = _params(
+        {"p": {"sampler": "none", "features": "tfidf", "model": PEERS["forest"], **_objective()}}
+    )
     with pytest.raises(InvalidParameterError) as err:
         train.run(with_loss, layout, REGISTRY, "p")
     message = str(err.value)
     assert message.startswith("experiments.p.loss: model 'omikuji' trains itself")
     assert "remove loss, optimizer" in message and "\n" not in message
-    bare = _params({"s": {"sampler": "none", "model": {"name": "sparse-linear"}}})
+    bare = _params(
+        {"s": {"sampler": "none", "features": "tfidf", "model": {"name": "sparse-linear"}}}
+    )
     with pytest.raises(InvalidParameterError, match=r"^experiments.s.loss: missing; model "):
         train.run(bare, layout, REGISTRY, "s")
     assert not (tmp_path / "data" / "models").exists()  # nothing partial
@@ -275,3 +285,23 @@ def test_napkinxc_fits_are_reproducible_on_one_thread_and_omikuji_says_it_is_not
     assert contents[0] == contents[1] and model.deterministic
     assert not NapkinXCPLT(x.shape[1], threads=2).deterministic
     assert not Omikuji.deterministic
+
+
+@needs_peers
+def test_omikuji_leaves_out_rows_without_features_or_labels(tmp_path: Path) -> None:
+    """omikuji's reader refuses a row without features; such a row (a place alone in every grid
+    cell once rare cells are cut) and a row without labels are left out of its training file,
+    and the rest still trains a forest that ranks the training classes."""
+    from tailkit.labels import LabelSets
+    from tailkit.plugins.peers.omikuji_forest import Omikuji
+
+    raw = WordsPerClass().load(tmp_path)
+    x = sp.csr_matrix(raw.inputs.astype(np.float32))
+    x = sp.vstack([sp.csr_matrix((1, x.shape[1]), dtype=np.float32), x]).tocsr()  # empty row 0
+    lists = [[0]] + [[int(label)] for label in raw.labels]
+    lists[1] = []  # and a label-less row 1
+    labels = LabelSets.from_lists(lists, 24)
+    model = Omikuji(x.shape[1])
+    model.fit(SparseRows.from_scipy(x), labels, 24, tmp_path / "forest", seed=0)
+    ranked, _ = model.predict_topk(SparseRows.from_scipy(x[2:]), 1)
+    assert np.mean(ranked[:, 0] == raw.labels[1:]) >= 0.9

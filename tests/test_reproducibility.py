@@ -119,11 +119,13 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
     env = {"PYTHONPATH": str(used_site)}
     params = copy.deepcopy(TINY_PARAMS)
     params["samplers"] = {"tree": {"name": "tree", "k": 4}}
+    params["featurize"]["wide"] = {"name": "rff", "dim": 48, "bandwidth": 1.0}
     experiments = params["experiments"]
     params["experiments"] = {
         "softmax": experiments["softmax"],
         "adversarial": experiments["adversarial"],
         "plugged": {**experiments["softmax"], "loss": {"name": "throwaway-ce"}},
+        "softmax-wide": {**experiments["softmax"], "features": "wide"},
     }
     project = make_project(tmp_path / "project", params)
 
@@ -138,7 +140,7 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
     # every artifact a later stage reads and every quality metric is among the identical ones
     for path in (
         "data/split/train.parquet",
-        "data/features/train.parquet",
+        "data/features/rff/train.parquet",
         "data/sampler/tree/state.safetensors",
         "data/models/adversarial/model.safetensors",
         "data/models/plugged/model.json",
@@ -184,6 +186,20 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
     tables.write_text(tables.read_text().replace('"""', '"""Edited. ', 1))
     assert changed_after_fingerprint() == {"fingerprint", "report"}
     assert _stages_run(run(["dvc", "repro"], project, **env).stdout) == ["fingerprint", "report"]
+
+    # one feature set's options re-run that set and the experiments on it; the samplers are
+    # refitted (fit-sampler reads every set) to the same bytes, so the tree's experiment stays
+    spec = yaml.safe_load((project / "params.yaml").read_text())
+    spec["featurize"]["wide"]["bandwidth"] = 0.5
+    (project / "params.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert set(_stages_run(run(["dvc", "repro"], project, **env).stdout)) == {
+        "fingerprint",
+        "featurize@wide",
+        "fit-sampler",
+        "train@softmax-wide",
+        "evaluate@softmax-wide",
+        "report",
+    }
 
     # a fresh clone of the committed state: clean apart from the timing files
     run(["git", "add", "-A"], project)

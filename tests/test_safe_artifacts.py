@@ -103,6 +103,7 @@ def _slow_params(project: Path) -> None:
     params["experiments"]["slow"] = {
         "loss": {"name": "sampled-softmax"},
         "sampler": "tree",
+        "features": "rff",
         "negatives": 4,
         "optimizer": {"name": "adagrad", "lr": 0.1},
         "epochs": 60,

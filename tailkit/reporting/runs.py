@@ -65,12 +65,14 @@ def data_key(params: Params) -> str:
 
 
 def describe_data(params: Params) -> str:
-    """``geonames · natural profile · rff (dim=512, bandwidth=0.02)``."""
+    """``geonames · natural profile · rff: rff (dim=512, bandwidth=0.02)``, one entry per
+    feature set."""
     sub = params.subsample
     profile = f"{sub.profile} profile"
     if sub.profile != "natural":
         profile += f" (ratio {sub.imbalance_ratio:g})"
-    return " · ".join([_component(params.dataset), profile, _component(params.featurize)])
+    sets = [f"{key}: {_component(spec)}" for key, spec in params.featurize.items()]
+    return " · ".join([_component(params.dataset), profile, *sets])
 
 
 def _component(spec: dict[str, Any]) -> str:

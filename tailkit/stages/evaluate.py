@@ -156,7 +156,8 @@ def restore(params: Params, layout: Layout, registry: Registry, experiment: str,
     """The trained experiment ready to predict: (encoder, output layer, loss, prediction
     context, model info, feature meta), each on ``device``; benchmarks reuse it."""
     loss, _ = build_objective(params, experiment, registry)
-    meta = read_meta(layout.features)
+    features = layout.feature_set(params.experiment(experiment).features)
+    meta = read_meta(features)
     state, info = load_model(layout.model(experiment), f"train@{experiment}", device)
     encoder = build_model(params, experiment, registry, info["in_dim"])
     encoder.load_state_dict(state["encoder"])
@@ -188,7 +189,8 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     device = resolve_device(params.base.device)
     encoder, layer, loss, ctx, info, meta = restore(params, layout, registry, experiment, device)
     counts = np.asarray(meta["train_counts"])
-    test = read_features(layout.features / "test.parquet")
+    features = layout.feature_set(params.experiment(experiment).features)
+    test = read_features(features / "test.parquet")
     multilabel = isinstance(test.labels, LabelSets)
     adjusted, raw = predict(
         encoder,
@@ -231,10 +233,11 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
 def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experiment: str):
     """Score a model that trains itself from its top-k alone: it has no score for labels
     outside them, so no log-likelihood, margin or embedding (those entries are None)."""
-    meta = read_meta(layout.features)
+    features = layout.feature_set(params.experiment(experiment).features)
+    meta = read_meta(features)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     info = load_learner(layout.model(experiment), f"train@{experiment}", model)
-    test = read_features(layout.features / "test.parquet")
+    test = read_features(features / "test.parquet")
     ranked, scores = model.predict_topk(test.x, params.evaluate.top_k)
     confidence = scores[:, 0].astype(np.float64) if model.scores_are_probabilities else None
     if not isinstance(test.labels, LabelSets):

@@ -1,8 +1,11 @@
-"""Stage ``featurize``: fit the featurizer on the training rows and write the feature cache.
+"""Stage ``featurize@<set>``: fit one feature set's featurizer on the training rows and write
+its feature cache.
 
-Raw inputs are decoded once; each split becomes ``data/features/<split>.parquet`` (see
+``params.featurize`` names the feature sets (an experiment trains on one of them); each is a
+stage of its own, so changing one set's options re-runs only the experiments that train on it.
+Raw inputs are decoded once; each split becomes ``data/features/<set>/<split>.parquet`` (see
 :mod:`tailkit.cache`), and ``meta.json`` carries the label names and counts forward so later
-stages read only ``data/features``.
+stages read only ``data/features/<set>``.
 
 The featurizer's ``accepts`` (the RawData modalities it takes; ``("dense",)`` when it declares
 none) is checked against the dataset's modality before anything is fitted. Its ``output``
@@ -31,7 +34,9 @@ from tailkit.sparse import canonical, check_rows
 from tailkit.splits import SPLITS, read_meta, read_split
 
 
-def check_modality(featurizer: Any, params: Params, modality: str, registry: Registry) -> None:
+def check_modality(
+    featurizer: Any, params: Params, features: str, modality: str, registry: Registry
+) -> None:
     """A one-line error when the featurizer does not take the dataset's modality, naming the
     featurizers that do."""
     taken = tuple(featurizer_accepts(featurizer))
@@ -43,7 +48,7 @@ def check_modality(featurizer: Any, params: Params, modality: str, registry: Reg
         if modality in featurizer_accepts(c.factory)
     ]
     raise InvalidParameterError(
-        f"featurize.name: featurizer {params.featurize['name']!r} accepts {', '.join(taken)} "
+        f"featurize.{features}.name: featurizer {params.featurize[features]['name']!r} accepts {', '.join(taken)} "
         f"inputs, but dataset {params.dataset['name']!r} is {modality}; featurizers for "
         f"{modality} data: {', '.join(fits) or '(none installed)'}"
     )
@@ -80,36 +85,44 @@ def as_output(x: Any, output: str, name: str) -> Any:
     )
 
 
-def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
+def run(params: Params, layout: Layout, registry: Registry, features: str) -> dict[str, Any]:
+    """Write feature set ``features`` (a key of ``params.featurize``); returns its meta."""
+    if features not in params.featurize:
+        raise InvalidParameterError(
+            f"{params.source}: featurize: no feature set {features!r}; defined: "
+            + ", ".join(params.featurize)
+        )
+    spec = params.featurize[features]
     dataset = registry.build("datasets", params.dataset, "dataset")
-    featurizer = registry.build("featurizers", params.featurize, "featurize")
-    name = params.featurize["name"]
+    featurizer = registry.build("featurizers", spec, f"featurize.{features}")
+    name = spec["name"]
     output = featurizer_output(featurizer)
     if output not in KINDS:
         raise PluginError(
             f"featurizer {name!r} declares output {output!r}; expected one of {KINDS}"
         )
     raw = dataset.load(layout.raw_data(params.dataset["name"]))
-    check_modality(featurizer, params, raw.modality, registry)
+    check_modality(featurizer, params, features, raw.modality, registry)
     meta = read_meta(layout.split)
     splits = {split: read_split(layout.split, split) for split in SPLITS}
 
     featurizer.fit(raw.inputs[splits["train"][0]])
     info = {
         "dataset": params.dataset,
-        "featurize": params.featurize,
+        "features": features,
+        "featurize": spec,
         # Identifies the data a model is trained on (a stale checkpoint must not resume on
         # another split), so the subsample settings recorded with the split are part of it.
         "params_hash": params_hash(
             {
                 "dataset": params.dataset,
                 "subsample": meta["subsample"],
-                "featurize": params.featurize,
+                "featurize": spec,
             }
         ),
     }
     row_shapes = {}
-    with atomic_dir(layout.features) as tmp:
+    with atomic_dir(layout.feature_set(features)) as tmp:
         for split, (rows, labels) in each(splits.items(), "featurize", unit="split"):
             x = as_output(featurizer.transform(raw.inputs[rows]), output, name)
             write_features(tmp / f"{split}.parquet", x, labels, rows, {**info, "split": split})

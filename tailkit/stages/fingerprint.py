@@ -7,8 +7,8 @@ this stage (``always_changed``: it is cheap and must see an edited or upgraded p
 per component, its distribution, version, factory and the hashes of the source files of its
 import closure (:mod:`tailkit.codehash`):
 
-* ``fingerprints/dataset.json``, ``fingerprints/featurizer.json``: what download, subsample and
-  featurize depend on;
+* ``fingerprints/dataset.json``: what download, subsample and every featurize@ depend on;
+* ``fingerprints/featurizers/<set>.json``: the featurizer of each feature set (featurize@<set>);
 * ``fingerprints/samplers.json``: every sampler of ``params.samplers`` (fit-sampler);
 * ``fingerprints/experiments/<experiment>.json``: the experiment's loss, model and sampler
   (train@ and evaluate@ of that experiment).
@@ -35,15 +35,20 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
 
     records: dict[str, Any] = {
         "dataset": named("datasets", params.dataset, "dataset"),
-        "featurizer": named("featurizers", params.featurize, "featurize"),
         "samplers": {
             key: named("samplers", spec, f"samplers.{key}") for key, spec in params.samplers.items()
         },
+    }
+    featurizers = {
+        key: named("featurizers", spec, f"featurize.{key}")
+        for key, spec in params.featurize.items()
     }
     experiments = {name: experiment_code(params, registry, name) for name in params.experiments}
     with atomic_dir(layout.fingerprints) as tmp:
         for name, record in records.items():
             write_json(tmp / f"{name}.json", record)
+        for key, record in featurizers.items():
+            write_json(tmp / "featurizers" / f"{key}.json", record)
         for name, record in experiments.items():
             write_json(tmp / "experiments" / f"{name}.json", record)
-    return {**records, "experiments": experiments}
+    return {**records, "featurizers": featurizers, "experiments": experiments}

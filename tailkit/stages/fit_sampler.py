@@ -1,4 +1,6 @@
-"""Stage ``fit-sampler``: fit every named sampler of ``params.samplers`` on the training split.
+"""Stage ``fit-sampler``: fit every named sampler of ``params.samplers`` on the training split
+of its feature set (the sampler's ``features:`` key; default the first set of
+``params.featurize``).
 
 Each lands in ``data/sampler/<key>/`` (its config and fitted state); ``data/sampler/none/``
 stands for experiments without negatives, so every ``train@<experiment>`` can depend on exactly
@@ -68,9 +70,19 @@ def fit(sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, num
 
 
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
-    meta = read_meta(layout.features)
-    train = read_features(layout.features / "train.parquet")
-    val = read_features(layout.features / "val.parquet")
+    loaded: dict[str, tuple[dict[str, Any], Any, Any]] = {}
+
+    def feature_set(key: str) -> tuple[dict[str, Any], Any, Any]:
+        """(meta, train, val) of feature set ``key``, read once however many samplers use it."""
+        if key not in loaded:
+            directory = layout.feature_set(key)
+            loaded[key] = (
+                read_meta(directory),
+                read_features(directory / "train.parquet"),
+                read_features(directory / "val.parquet"),
+            )
+        return loaded[key]
+
     samplers = {
         key: registry.build("samplers", spec, f"samplers.{key}")
         for key, spec in params.samplers.items()
@@ -80,13 +92,16 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     with atomic_dir(layout.samplers) as tmp:
         _write_config(tmp / NO_SAMPLER, {"name": NO_SAMPLER})
         for key, sampler in each(samplers.items(), "fit-sampler", unit="sampler"):
+            meta, train, val = feature_set(params.sampler_features[key])
             start = time.perf_counter()
             try:
                 fit(sampler, train.x, train.labels, meta["num_classes"])
             except (ValueError, TypeError) as exc:
                 raise DataValidationError(f"samplers.{key}: fit failed: {exc}") from exc
             fit_seconds = time.perf_counter() - start
-            _write_config(tmp / key, params.samplers[key])
+            _write_config(
+                tmp / key, {**params.samplers[key], "features": params.sampler_features[key]}
+            )
             save_sampler(tmp / key, sampler)
             # A model-based proposal is the model itself: there is nothing to score before training.
             scored = sampler.conditions_on == "input"

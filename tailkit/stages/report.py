@@ -134,7 +134,7 @@ class Report:
 
 
 def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
-    meta = read_meta(layout.features)
+    meta = read_meta(layout.split)  # labels and counts: the same for every feature set
     counts = meta["train_counts"]
     if meta.get("multilabel"):
         rows = meta["train_rows"]

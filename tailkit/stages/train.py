@@ -59,11 +59,12 @@ def run(
     seed = params.base.seed
     torch.manual_seed(seed)  # before building: encoders and losses may draw their init
     loss, optimizer = build_objective(params, experiment, registry)
-    meta = read_meta(layout.features)
+    features = layout.feature_set(params.experiment(experiment).features)
+    meta = read_meta(features)
     check_labels(loss, params, experiment, meta, registry)
     encoder = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
-    train_set = read_features(layout.features / "train.parquet")
-    val_set = read_features(layout.features / "val.parquet")
+    train_set = read_features(features / "train.parquet")
+    val_set = read_features(features / "val.parquet")
     sampler = load_sampler(registry, params, settings["sampler"], layout, device)
 
     encoder, loss = encoder.to(device), loss.to(device)
@@ -164,10 +165,11 @@ def _fit_learner(
     seconds and the validation scores of the same validation rows as the loop's)."""
     check_components(params, experiment, registry)  # the loop's path checks in build_objective
     settings = params.resolved(experiment)
-    meta = read_meta(layout.features)
+    features = layout.feature_set(params.experiment(experiment).features)
+    meta = read_meta(features)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
-    train_set = read_features(layout.features / "train.parquet")
-    val_set = read_features(layout.features / "val.parquet")
+    train_set = read_features(features / "train.parquet")
+    val_set = read_features(features / "val.parquet")
     val_pick = _validation_rows(val_set.x.shape[0], params)
     if progress is not None:
         progress(0, 1)
