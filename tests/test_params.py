@@ -49,8 +49,10 @@ def _with(path: str, value):
         (
             "experiments.softmax.features",
             "tfidf",
-            r"experiments\.softmax\.features: got 'tfidf'; expected one of the feature sets of "
-            r"featurize: geocells, rff",
+            (
+                r"experiments\.softmax\.features: got 'tfidf'; expected one of the feature sets of "
+                r"featurize: geocells, rff"
+            ),
         ),
         (
             "samplers.tree.features",
@@ -63,8 +65,10 @@ def _with(path: str, value):
         (
             "featurize",
             {"name": "rff", "dim": 512},
-            r"featurize: got one featurizer \('rff'\); featurize is a mapping of named feature "
-            r"sets, e\.g\. featurize: \{rff: \{name: rff, dim: 512\}\} and `features: rff`",
+            (
+                r"featurize: got one featurizer \('rff'\); featurize is a mapping of named feature "
+                r"sets, e\.g\. featurize: \{rff: \{name: rff, dim: 512\}\} and `features: rff`"
+            ),
         ),
     ],
 )
