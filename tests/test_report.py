@@ -151,7 +151,7 @@ def exp_entry(rev: str, name: str | None, raw: dict | None, accs: dict[str, floa
 def test_exp_show_runs_join_the_baseline_study_or_form_their_own():
     base = params_with()
     lr = params_with(experiments__softmax__optimizer={"name": "adagrad", "lr": 0.5})
-    dim = params_with(featurize={"name": "rff", "dim": 16, "bandwidth": 1.0})
+    dim = params_with(featurize={"rff": {"name": "rff", "dim": 16, "bandwidth": 1.0}})
     accs = {k: 0.5 for k in TINY_PARAMS["experiments"]}
     failed = exp_entry("f" * 40, "broken", base, accs) | {"error": {"msg": "failed"}}
     show = [
