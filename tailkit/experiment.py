@@ -5,12 +5,14 @@ imports the other).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tailkit.codehash import tool_versions
 from tailkit.components import is_learner, model_input_kind
 from tailkit.errors import InvalidParameterError
 from tailkit.params import NO_SAMPLER, Params
+from tailkit.paths import Layout
 from tailkit.registry import Registry
 from tailkit.training.optim import OPTIMIZERS
 from tailkit.validation import validate_options
@@ -132,6 +134,11 @@ def build_model(
                 f"{', '.join(fits) or '(none installed)'}"
             )
     return registry.build("models", exp.model, key, in_dim)
+
+
+def feature_dir(params: Params, layout: Layout, experiment: str) -> Path:
+    """``data/features/<set>``: the feature set the experiment trains on."""
+    return layout.feature_set(params.experiment(experiment).features)
 
 
 def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> dict[str, str]:

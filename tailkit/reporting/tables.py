@@ -130,9 +130,9 @@ def settings_tables(runs: Sequence[Run]) -> str:
     flat = [r.settings for r in runs]
     keys = sorted({k for f in flat for k in f})
     differ = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
-    # a key no run sets (`loss` of a model that trains itself, absent from a loop model's
-    # flattened `loss.name`) is no shared setting
-    shared = [k for k in keys if k not in differ and flat[0].get(k) is not None]
+    # a key some runs lack (`loss`: None for a model that trains itself, flattened to
+    # `loss.name` for a loop model) is no shared setting
+    shared = [k for k in keys if k not in differ and all(k in f for f in flat)]
     out = []
     if differ:
         out.append("| experiment | " + " | ".join(differ) + " |")

@@ -56,7 +56,7 @@ from tailkit.evaluation.metrics import (
     shot_groups,
 )
 from tailkit.evaluation.predict import Predictions, predict
-from tailkit.experiment import build_model, build_objective, trains_itself
+from tailkit.experiment import build_model, build_objective, feature_dir, trains_itself
 from tailkit.labels import LabelSets
 from tailkit.params import Params
 from tailkit.paths import Layout
@@ -156,7 +156,7 @@ def restore(params: Params, layout: Layout, registry: Registry, experiment: str,
     """The trained experiment ready to predict: (encoder, output layer, loss, prediction
     context, model info, feature meta), each on ``device``; benchmarks reuse it."""
     loss, _ = build_objective(params, experiment, registry)
-    features = layout.feature_set(params.experiment(experiment).features)
+    features = feature_dir(params, layout, experiment)
     meta = read_meta(features)
     state, info = load_model(layout.model(experiment), f"train@{experiment}", device)
     encoder = build_model(params, experiment, registry, info["in_dim"])
@@ -189,7 +189,7 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     device = resolve_device(params.base.device)
     encoder, layer, loss, ctx, info, meta = restore(params, layout, registry, experiment, device)
     counts = np.asarray(meta["train_counts"])
-    features = layout.feature_set(params.experiment(experiment).features)
+    features = feature_dir(params, layout, experiment)
     test = read_features(features / "test.parquet")
     multilabel = isinstance(test.labels, LabelSets)
     adjusted, raw = predict(
@@ -233,7 +233,7 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
 def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experiment: str):
     """Score a model that trains itself from its top-k alone: it has no score for labels
     outside them, so no log-likelihood, margin or embedding (those entries are None)."""
-    features = layout.feature_set(params.experiment(experiment).features)
+    features = feature_dir(params, layout, experiment)
     meta = read_meta(features)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     info = load_learner(layout.model(experiment), f"train@{experiment}", model)

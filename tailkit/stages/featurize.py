@@ -48,9 +48,9 @@ def check_modality(
         if modality in featurizer_accepts(c.factory)
     ]
     raise InvalidParameterError(
-        f"featurize.{features}.name: featurizer {params.featurize[features]['name']!r} accepts {', '.join(taken)} "
-        f"inputs, but dataset {params.dataset['name']!r} is {modality}; featurizers for "
-        f"{modality} data: {', '.join(fits) or '(none installed)'}"
+        f"featurize.{features}.name: featurizer {params.featurize[features]['name']!r} accepts "
+        f"{', '.join(taken)} inputs, but dataset {params.dataset['name']!r} is {modality}; "
+        f"featurizers for {modality} data: {', '.join(fits) or '(none installed)'}"
     )
 
 

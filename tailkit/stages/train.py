@@ -32,6 +32,7 @@ from tailkit.experiment import (
     build_objective,
     check_components,
     check_labels,
+    feature_dir,
     provenance,
     trains_itself,
 )
@@ -59,7 +60,7 @@ def run(
     seed = params.base.seed
     torch.manual_seed(seed)  # before building: encoders and losses may draw their init
     loss, optimizer = build_objective(params, experiment, registry)
-    features = layout.feature_set(params.experiment(experiment).features)
+    features = feature_dir(params, layout, experiment)
     meta = read_meta(features)
     check_labels(loss, params, experiment, meta, registry)
     encoder = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
@@ -165,7 +166,7 @@ def _fit_learner(
     seconds and the validation scores of the same validation rows as the loop's)."""
     check_components(params, experiment, registry)  # the loop's path checks in build_objective
     settings = params.resolved(experiment)
-    features = layout.feature_set(params.experiment(experiment).features)
+    features = feature_dir(params, layout, experiment)
     meta = read_meta(features)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     train_set = read_features(features / "train.parquet")

@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 
 from tailkit.components import Encoder
-from tailkit.plugins.models.mlp import hidden_widths, relu_layers
+from tailkit.plugins.models.mlp import MLP, hidden_widths, relu_layers
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
@@ -89,10 +89,7 @@ class SparseMLP(Encoder):
     """
 
     input_kind: ClassVar[str] = "sparse"
-    constraints: ClassVar[dict[str, Constraint]] = {
-        "dim": Interval(1, None),
-        "dropout": Interval(0, 1, closed="left"),
-    }
+    constraints: ClassVar[dict[str, Constraint]] = MLP.constraints  # the same dim and dropout
 
     def __init__(
         self,

@@ -10,10 +10,10 @@ beam 10. Options are the tool's own, by its own names; scores are its probabilit
 
 omikuji reads training rows only from a file in the Extreme Classification Repository's text
 format, so ``fit`` writes one (:func:`tailkit.plugins.datasets.xc.write_legacy`) to a scratch
-directory. Rows without labels are left out: a label-tree node trains on
-the rows of the labels below it, which such a row is not; so are rows without features, which
-omikuji's reader refuses ("Failed to load data") and which carry nothing to learn from (a place
-alone in every one of its grid cells under ``geocells``' ``min_count`` 2). The model is the directory omikuji
+directory. Rows without labels are left out: a label-tree node trains on the rows of the
+labels below it, which such a row is not; so are rows without features, which omikuji's reader
+refuses ("Failed to load data") and which carry nothing to learn from (a place alone in every
+one of its grid cells under ``geocells``' ``min_count`` 2). The model is the directory omikuji
 writes (``settings.json`` and one CBOR file per tree), read back by the tool itself. omikuji
 takes no seed (its clustering draws from the operating system's entropy), so two fits give
 different forests: ``deterministic = False``.
