@@ -10,6 +10,8 @@ Shapes used below: ``B`` batch size, ``C`` number of labels, ``D`` input feature
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
@@ -182,10 +184,38 @@ class LossInput:
 
 @dataclass
 class PredictionContext:
-    """What a loss may use to adjust scores at prediction time."""
+    """What a loss may use to adjust scores at prediction time.
+
+    Prediction scores a block of rows label chunk by label chunk; inside :meth:`rows` the
+    sampler's log q of every label is computed once for the block (at the first chunk that asks)
+    and each later chunk reads its columns, so a conditional sampler's correction costs one
+    pass per row whatever the number of chunks.
+    """
 
     log_prior: torch.Tensor
     sampler: Sampler | None = None
+    _block: torch.Tensor | None = field(default=None, repr=False)
+    _table: torch.Tensor | None = field(default=None, repr=False)
+    _num_classes: int = field(default=0, repr=False)
+
+    @property
+    def per_row_correction(self) -> bool:
+        """Whether :meth:`add_log_q` depends on the row (a conditional sampler's log q(y|x)):
+        prediction then sizes its row blocks so a block × C table fits its budget."""
+        return (
+            self.sampler is not None
+            and self.sampler.conditional
+            and self.sampler.conditions_on != "scores"
+        )
+
+    @contextmanager
+    def rows(self, x: torch.Tensor, num_classes: int) -> Iterator[None]:
+        """Within the block, log q(·|x) of all ``num_classes`` labels is computed at most once."""
+        self._block, self._table, self._num_classes = x, None, num_classes
+        try:
+            yield
+        finally:
+            self._block, self._table = None, None
 
     def add_log_q(
         self, scores: torch.Tensor, x: torch.Tensor, label_ids: torch.Tensor
@@ -198,6 +228,12 @@ class PredictionContext:
         """
         if self.sampler is None or self.sampler.conditions_on == "scores":
             return scores
+        if x is self._block and self.sampler.conditional and label_ids.dim() == 1:
+            if self._table is None:
+                every = torch.arange(self._num_classes, device=label_ids.device)
+                self._table = self.sampler.log_prob(x, every)
+            log_q = self._table.index_select(1, label_ids.to(self._table.device))
+            return scores + log_q.to(scores)
         return scores + self.sampler.log_prob(x, label_ids).to(scores)
 
 

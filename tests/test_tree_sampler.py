@@ -8,6 +8,7 @@ planted hierarchy, and the tables against the depth-2 worked vector of algorithm
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -319,13 +320,35 @@ def test_bad_input_is_a_clear_error() -> None:
         s.sample(torch.randn(2, 2), torch.zeros(2), 3, torch.Generator())
 
 
-def test_evaluation_without_the_cache_gives_the_same_scores(sampler, monkeypatch) -> None:
-    """Past the cache budget (large C), label chunks are scored block by block, uncached."""
-    import tailkit.plugins.samplers.tree as tree_module
-
+def test_all_leaves_kernel_matches_the_level_wise_sums_and_the_path_walks(sampler) -> None:
+    """The CPU kernel (one pass over every node, polynomial log σ) against two independent
+    computations: the torch level-wise heap (torch's logsigmoid) and the float64 path walks."""
     x, _ = clustered(C, 40, DIM, seed=9)
-    cached = sampler.log_prob(x, torch.arange(C))
-    monkeypatch.setattr(tree_module, "_CACHE_BUDGET", 0)
-    monkeypatch.setattr(tree_module, "_DENSE_BUDGET", 64)  # 2 rows per block
-    chunk = torch.arange(3, 11)
-    torch.testing.assert_close(sampler.log_prob(x, chunk), cached[:, 3:11])
+    every = sampler.log_prob_all(x)
+    levelwise = sampler._leaf_log_prob(sampler.whiten(x))[:, sampler._table("leaf_of_label")]
+    torch.testing.assert_close(every, levelwise, rtol=0, atol=2e-5)
+    walks = sampler.log_prob(x, torch.arange(C).expand(x.shape[0], C))  # (B, n): path walks
+    torch.testing.assert_close(every, walks, rtol=0, atol=2e-5)
+
+
+def test_all_leaves_values_do_not_depend_on_the_rows_or_labels_asked(sampler) -> None:
+    """Bit for bit: a row's log-probabilities are the same alone, in any block, for any subset
+    of labels (prediction splits rows and labels by memory budget)."""
+    x, _ = clustered(C, 37, DIM, seed=10)  # 37: not a multiple of the kernel's row group
+    every = sampler.log_prob_all(x)
+    for lo, hi in ((0, 1), (3, 4), (5, 22), (22, 37)):
+        assert torch.equal(sampler.log_prob_all(x[lo:hi]), every[lo:hi])
+    labels = torch.tensor([C - 1, 0, 7, 7, 3])
+    assert torch.equal(
+        sampler._dense_log_prob(x, sampler._table("leaf_of_label")[labels]), every[:, labels]
+    )
+
+
+def test_log_sigmoid_kernel_is_accurate() -> None:
+    from tailkit.plugins.samplers.tree_kernels import log_sigmoid
+
+    z = np.concatenate([np.linspace(-60, 60, 24001), [0.0, 1e-12, -1e-12, 40.0, -40.0, 1e3]])
+    out = np.empty_like(z)
+    log_sigmoid(z, out)
+    ref = np.array([min(v, 0.0) - math.log1p(math.exp(-abs(v))) for v in z])
+    np.testing.assert_allclose(out, ref, rtol=1e-8, atol=1e-17)

@@ -4,10 +4,16 @@ Rows are scored in query blocks and labels in chunks; per block a running top-k 
 log-sum-exp are merged chunk by chunk, so memory is O(block × (chunk + k)) whatever C is. The
 loss's prediction-time adjustment (Bamler–Mandt's + log p_n(y|x), post-hoc logit adjustment)
 is applied to each chunk; when the loss has one, the unadjusted scores are reported too.
+
+A conditional sampler's correction log p_n(y|x) (the adversarial tree's) is computed once per
+row for all labels, not once per chunk: such rows are scored in blocks small enough that a
+block × C table of it fits ``table_budget`` floats, and every chunk reads its columns
+(:meth:`PredictionContext.rows`).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +21,9 @@ import torch
 from tailkit.components import Encoder, Loss, PredictionContext
 from tailkit.evaluation.topk import merge_topk
 from tailkit.training.output_layer import OutputLayer
+
+#: Floats of a block's per-row correction table (rows × C): 256 MiB.
+TABLE_BUDGET = 1 << 26
 
 
 @dataclass
@@ -83,17 +92,22 @@ def predict(
     k: int = 5,
     batch_size: int = 2048,
     label_chunk: int = 65536,
+    table_budget: int = TABLE_BUDGET,
 ) -> tuple[Predictions, Predictions | None]:
     """Adjusted predictions, and unadjusted ones when the loss adjusts scores (else None).
 
     ``labels`` (N,) fill ``true_score``; multi-label rows have no single true label, so they
-    pass None and ``true_score`` stays −inf.
+    pass None and ``true_score`` stays −inf. ``table_budget`` caps the rows × C floats of a
+    per-row correction table (module docstring).
     """
     device = layer.weight.device
     n, num_classes = x.shape[0], layer.num_classes
     k = min(k, num_classes)
     adjusted = _Accumulator(n, k, device)
     raw = _Accumulator(n, k, device) if loss.adjusts_scores else None
+    per_row = loss.adjusts_scores and ctx.per_row_correction
+    if per_row:
+        batch_size = max(1, min(batch_size, table_budget // max(num_classes, 1)))
     encoder.eval()
     for lo in range(0, n, batch_size):
         xb = x[lo : lo + batch_size].to(device, non_blocking=True)
@@ -102,14 +116,15 @@ def predict(
         block = slice(lo, lo + xb.shape[0])
         acc_adj = _Accumulator(xb.shape[0], k, device)
         acc_raw = _Accumulator(xb.shape[0], k, device) if raw is not None else None
-        for start in range(0, num_classes, label_chunk):
-            stop = min(start + label_chunk, num_classes)
-            scores = layer.scores(z, start, stop)
-            if acc_raw is not None:
-                acc_raw.add(scores, start, yb)
-                ids = torch.arange(start, stop, device=device)
-                scores = loss.adjust_scores(scores, xb, ids, ctx)
-            acc_adj.add(scores, start, yb)
+        with ctx.rows(xb, num_classes) if per_row else nullcontext():
+            for start in range(0, num_classes, label_chunk):
+                stop = min(start + label_chunk, num_classes)
+                scores = layer.scores(z, start, stop)
+                if acc_raw is not None:
+                    acc_raw.add(scores, start, yb)
+                    ids = torch.arange(start, stop, device=device)
+                    scores = loss.adjust_scores(scores, xb, ids, ctx)
+                acc_adj.add(scores, start, yb)
         for total, part in ((adjusted, acc_adj), (raw, acc_raw)):
             if total is not None and part is not None:
                 total.top_ids[block] = part.top_ids

@@ -22,10 +22,8 @@ from tailkit.validation import Constraint, Interval
 # numba and scikit-learn (~2 s of imports) are imported where they are used, not here: every
 # `tailkit` command registers this sampler, and most never fit or draw from a tree.
 
-#: Cap on the (rows × 2^(D+1)) floats of the dense level-wise evaluation (256 MiB).
+#: Cap on the (rows × 2^(D+1)) floats of the level-wise torch evaluation (256 MiB).
 _DENSE_BUDGET = 1 << 26
-#: Largest (rows × C) table of all labels' log-probabilities kept between label chunks (1 GiB).
-_CACHE_BUDGET = 1 << 28
 
 
 class TreeSampler(Sampler):
@@ -68,8 +66,9 @@ class TreeSampler(Sampler):
         self.depth = 0
         self._report: dict[str, Any] = {}
         self._tables: dict[str, torch.Tensor] = {}
-        self._dense_cache: tuple[torch.Tensor, int, torch.Tensor] | None = None
         self._sparse_map: tuple[torch.Tensor, torch.Tensor] | None = None  # (Tᵀ, μ·Tᵀ)
+        self._weight_t: torch.Tensor | None = None  # node weights (k, 2^D − 1), the kernel's
+        self.full_tree_rows = 0
 
     # --- fitting ---------------------------------------------------------------------------
 
@@ -115,8 +114,8 @@ class TreeSampler(Sampler):
             "leaf_of_label": torch.from_numpy(tree.leaf_of_label),
             "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
         }
-        self._dense_cache = None
         self._sparse_map = None
+        self._weight_t = None
         self._warm_up()
         self._report = {
             "depth": tree.depth,
@@ -139,7 +138,8 @@ class TreeSampler(Sampler):
         return self._tables[name]
 
     def whiten(self, x: torch.Tensor | SparseRows) -> torch.Tensor:
-        """x̃ = (x − μ) Tᵀ, the k-dim features the tree routes on, float32 contiguous.
+        """x̃ = (x − μ) Tᵀ, the k-dim features the tree routes on, float32 contiguous; on the
+        CPU each row's x̃ is the same whichever rows come with it (a compiled fixed-order sum).
 
         Sparse rows are never centred in place (that would densify them): x̃ = x·Tᵀ − μ·Tᵀ,
         with Tᵀ (D, k) kept contiguous once for ``embedding_bag``.
@@ -155,6 +155,12 @@ class TreeSampler(Sampler):
                 self._sparse_map = (t, mean @ t)
             t, shift = self._sparse_map
             return (x.to(t.device).matmul(t) - shift).contiguous()
+        if mean.device.type == "cpu":
+            from tailkit.plugins.samplers.tree_kernels import whiten_rows
+
+            out = np.empty((x.shape[0], transform.shape[0]), dtype=np.float32)
+            whiten_rows(x.to(mean).contiguous().numpy(), mean.numpy(), transform.numpy(), out)
+            return torch.from_numpy(out)
         return ((x.to(mean) - mean) @ transform.t()).contiguous()
 
     def _on_cpu(self) -> bool:
@@ -213,12 +219,10 @@ class TreeSampler(Sampler):
             raise ValueError("the tree sampler is conditional: log_prob needs x")
         rows, n = x.shape[0], labels.shape[-1]
         if labels.dim() == 1 and n * self.depth > (2 << self.depth) // 4:
-            # Many labels for every row (evaluation): all leaves at once, level by level,
-            # costs 2^(D+1) per row instead of n·D path walks.
-            labels = labels.to(x.device)
-            if rows * self.num_classes <= _CACHE_BUDGET:
-                return self.log_prob_all(x).index_select(1, labels)
-            return self._dense_log_prob(x, self._table("leaf_of_label").to(x.device)[labels])
+            # Many labels for every row (evaluation): one pass over all nodes costs 2^(D+1)
+            # per row instead of n·D path walks.
+            leaves = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
+            return self._dense_log_prob(x, leaves)
         leaf = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
         xt = self.whiten(x)
         leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
@@ -249,52 +253,68 @@ class TreeSampler(Sampler):
         return out
 
     def log_prob_all(self, x: torch.Tensor) -> torch.Tensor:
-        """log p_n(y|x) for every label y, (B, C), computed level by level in row blocks.
+        """log p_n(y|x) for every label y, (B, C): one pass over the tree per row.
 
-        ``log_prob`` uses it while B × C stays under 1 GiB; the last result is cached (keyed on
-        the very tensor ``x`` and its version), because evaluation asks for one label chunk
-        after another of the same rows.
+        The caller bounds B (the table is B × C floats); prediction sizes its row blocks so
+        (``tailkit.evaluation.predict``), and computes it once per row for all label chunks.
         """
-        cached = self._dense_cache
-        # SparseRows are immutable (no _version); a tensor may be written in place.
-        version = getattr(x, "_version", None)
-        if cached is not None and cached[0] is x and cached[1] == version:
-            return cached[2]
-        out = self._dense_log_prob(x, self._table("leaf_of_label").to(x.device))
-        self._dense_cache = (x, version, out)
-        return out
+        return self._dense_log_prob(x, self._table("leaf_of_label"))
 
     def _dense_log_prob(self, x: torch.Tensor, leaves: torch.Tensor) -> torch.Tensor:
-        """log p_n of the given leaves (n,) for every row, (B, n), in row blocks whose
-        level-wise temporaries stay under the dense budget."""
+        """log p_n of the given leaves (n,) for every row, (B, n), each row's tree walked once.
+
+        On the CPU a compiled kernel fills every node of a row in one pass (tree_kernels.py,
+        ``leaf_log_prob``); elsewhere the same sums run level by level as batched torch ops, in
+        row blocks whose temporaries stay under the dense budget. ``full_tree_rows`` counts the
+        rows whose whole tree was evaluated (tests check that a row is never done twice).
+        """
+        self.full_tree_rows += x.shape[0]
+        xt = self.whiten(x)
+        if self._on_cpu():
+            from tailkit.plugins.samplers.tree_kernels import leaf_log_prob
+
+            if self._weight_t is None:
+                self._weight_t = self._table("weight").t().contiguous()
+            out = np.empty((xt.shape[0], leaves.shape[0]), dtype=np.float32)
+            leaf_log_prob(
+                xt.numpy(),
+                self._weight_t.numpy(),
+                self._table("bias").numpy(),
+                leaves.to(torch.int64).contiguous().numpy(),
+                self.depth,
+                out,
+            )
+            return torch.from_numpy(out)
+        leaves = leaves.to(xt.device)
         block = max(1, _DENSE_BUDGET // (2 << self.depth))
         parts = [
-            self._leaf_log_prob(self.whiten(x[lo : lo + block])).index_select(1, leaves)
-            for lo in range(0, x.shape[0], block)
+            self._leaf_log_prob(xt[lo : lo + block]).index_select(1, leaves)
+            for lo in range(0, xt.shape[0], block)
         ]
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def _leaf_log_prob(self, xt: torch.Tensor) -> torch.Tensor:
-        """(b, 2^D) log-probabilities of every leaf: children = parent + log σ(∓z)."""
+        """(b, 2^D) log-probabilities of every leaf, level by level into one preallocated heap:
+        children = parent + log σ(∓z) (the torch path, for CUDA)."""
         z = torch.addmm(self._table("bias"), xt, self._table("weight").t())
-        lp = torch.zeros(xt.shape[0], 1, device=xt.device)
+        heap = torch.empty(xt.shape[0], (2 << self.depth) - 1, device=xt.device)
+        heap[:, 0] = 0.0
         for level in range(self.depth):
-            zl = z[:, (1 << level) - 1 : (2 << level) - 1]
-            lp = torch.stack(
-                [
-                    lp + torch.nn.functional.logsigmoid(-zl),
-                    lp + torch.nn.functional.logsigmoid(zl),
-                ],
-                dim=2,
-            ).reshape(xt.shape[0], -1)
-        return lp
+            first, width = (1 << level) - 1, 1 << level
+            zl = z[:, first : first + width]
+            right = torch.nn.functional.logsigmoid(zl)
+            parent = heap[:, first : first + width]
+            children = heap[:, first + width : first + 3 * width].view(-1, width, 2)
+            children[:, :, 0] = parent + (right - zl)
+            children[:, :, 1] = parent + right
+        return heap[:, (1 << self.depth) - 1 :]
 
     # --- state -----------------------------------------------------------------------------
 
     def to(self, device: torch.device) -> TreeSampler:
         self._tables = {k: v.to(device) for k, v in self._tables.items()}
-        self._dense_cache = None
         self._sparse_map = None
+        self._weight_t = None
         return self
 
     def state_dict(self) -> dict[str, Any]:
@@ -332,8 +352,8 @@ class TreeSampler(Sampler):
             k: state[k]
             for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
         }
-        self._dense_cache = None
         self._sparse_map = None
+        self._weight_t = None
         self._warm_up()
 
     def _warm_up(self) -> None:

@@ -1,0 +1,126 @@
+"""Prediction's tree correction at the cost of scoring: log p_n(·|x) once per row, exact.
+
+Random trees (random node weights, labels on a random subset of the leaves) stand in for a
+fitted one, so C can be any size, 70,001 included (a 2^17-leaf tree with 61,071 padding
+leaves). The brute force scores every label at once in float64 and adds the whole
+``log_prob_all`` table; prediction runs with row blocks, label chunks and a table budget that
+divide neither C nor the rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tailkit.components import Loss, PredictionContext
+from tailkit.evaluation.predict import predict
+from tailkit.plugins.losses.negative_sampling import NegativeSampling
+from tailkit.plugins.models.linear import Linear
+from tailkit.testing.trees import random_tree
+from tailkit.training.output_layer import OutputLayer
+
+
+def _setup(num_classes: int, rows: int, dim: int = 6, seed: int = 0):
+    torch.manual_seed(seed)
+    sampler = random_tree(num_classes, dim, k=4, seed=seed)
+    encoder = Linear(dim)
+    layer = OutputLayer(num_classes, dim, generator=torch.Generator().manual_seed(seed))
+    layer.bias.normal_(generator=torch.Generator().manual_seed(seed + 1))
+    x = torch.randn(rows, dim, generator=torch.Generator().manual_seed(seed + 2))
+    labels = torch.randint(num_classes, (rows,), generator=torch.Generator().manual_seed(seed))
+    return sampler, encoder, layer, x, labels
+
+
+@pytest.mark.parametrize(
+    ("num_classes", "label_chunk", "batch_size", "budget"),
+    [(2, 1, 3, 4), (3, 2, 5, 7), (1000, 77, 13, 5000), (70_001, 9_999, 11, 300_000)],
+)
+def test_corrected_topk_equals_the_dense_computation(num_classes, label_chunk, batch_size, budget):
+    rows = 23
+    sampler, encoder, layer, x, labels = _setup(num_classes, rows)
+    loss = NegativeSampling()
+    ctx = PredictionContext(log_prior=torch.zeros(num_classes), sampler=sampler)
+    k = min(5, num_classes)
+    sampler.full_tree_rows = 0
+    got, raw = predict(
+        encoder,
+        layer,
+        loss,
+        ctx,
+        x,
+        labels,
+        k=k,
+        batch_size=batch_size,
+        label_chunk=label_chunk,
+        table_budget=budget,
+    )
+    # one whole-tree pass per row, however many label chunks each row went through
+    assert sampler.full_tree_rows == rows
+    # brute force: every label at once, in float64, plus the whole table in one call
+    with torch.no_grad():
+        z = encoder(x).double()
+        dense = z @ layer.weight.double().t() + layer.bias.double()
+        corrected = dense + sampler.log_prob_all(x).double()
+    top, ids = corrected.topk(k, dim=1)
+    torch.testing.assert_close(got.top_scores.double(), top, rtol=0, atol=1e-4)
+    distinct = (
+        (top[:, :-1] - top[:, 1:]).min(dim=1).values > 1e-3
+        if k > 1
+        else torch.ones(rows, dtype=torch.bool)
+    )
+    assert distinct.sum() > rows // 2
+    assert torch.equal(got.topk[distinct], ids[distinct])
+    torch.testing.assert_close(
+        got.true_score.double(), corrected.gather(1, labels[:, None]).squeeze(1), rtol=0, atol=1e-4
+    )
+    torch.testing.assert_close(
+        got.log_partition.double(), torch.logsumexp(corrected, dim=1), rtol=0, atol=1e-4
+    )
+    # the unadjusted ranking is the plain scores'
+    torch.testing.assert_close(
+        raw.top_scores.double(), dense.topk(k, dim=1).values, rtol=0, atol=1e-4
+    )
+
+
+def test_each_block_reads_the_exact_table_of_its_rows() -> None:
+    """Bit for bit: the correction a chunk adds is the whole table's columns for its rows."""
+    num_classes, rows = 1000, 29
+    sampler, encoder, layer, x, labels = _setup(num_classes, rows, seed=3)
+    table = sampler.log_prob_all(x)
+    seen = []
+
+    class Recorder(Loss):
+        def adjust_scores(self, scores, xb, ids, ctx):
+            out = ctx.add_log_q(torch.zeros_like(scores), xb, ids)
+            seen.append((xb, ids, out))
+            return scores + out
+
+    ctx = PredictionContext(log_prior=torch.zeros(num_classes), sampler=sampler)
+    predict(
+        encoder,
+        layer,
+        Recorder(),
+        ctx,
+        x,
+        labels,
+        k=3,
+        batch_size=8,
+        label_chunk=300,
+        table_budget=5 * num_classes,
+    )
+    assert len(seen) == 6 * 4  # ⌈29 / 5⌉ row blocks × ⌈1000 / 300⌉ chunks
+    covered = torch.full((rows, num_classes), float("nan"))
+    for xb, ids, out in seen:
+        block = next(i for i in range(0, rows, 5) if torch.equal(x[i : i + len(xb)], xb))
+        assert torch.equal(out, table[block : block + len(xb)][:, ids])
+        covered[block : block + len(xb)][:, ids] = out
+    assert torch.equal(covered, table)
+
+
+def test_outside_prediction_log_q_is_computed_directly() -> None:
+    sampler, _, _, x, _ = _setup(50, 4)
+    ctx = PredictionContext(log_prior=torch.zeros(50), sampler=sampler)
+    ids = torch.tensor([3, 49, 0])
+    got = ctx.add_log_q(torch.zeros(4, 3), x, ids)
+    np.testing.assert_array_equal(got.numpy(), sampler.log_prob(x, ids).numpy())
