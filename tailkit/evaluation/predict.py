@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from tailkit.components import Encoder, Loss, PredictionContext
+from tailkit.evaluation.chunk_kernels import merge_chunk
 from tailkit.evaluation.topk import merge_topk
 from tailkit.training.output_layer import OutputLayer
 
@@ -55,19 +56,30 @@ class Predictions:
 class _Accumulator:
     def __init__(self, rows: int, k: int, device: torch.device) -> None:
         self.top_scores = torch.full((rows, k), float("-inf"), device=device)
-        self.top_ids = torch.zeros((rows, k), dtype=torch.long, device=device)
+        self.top_ids = torch.full((rows, k), -1, dtype=torch.long, device=device)
         self.lse = torch.full((rows,), float("-inf"), device=device)
         self.true_score = torch.full((rows,), float("-inf"), device=device)
 
     def add(self, scores: torch.Tensor, start: int, labels: torch.Tensor | None) -> None:
-        self.top_scores, self.top_ids = merge_topk(
-            self.top_scores, self.top_ids, scores, start, self.top_scores.shape[1]
-        )
-        # The log-partition sums C terms: in float32 its last bits moved between runs (one
-        # thread's half of one block came out ~30 ulps off in some runs, the ranking never).
-        # Summed in float64 and rounded once, run-to-run noise stays far below float32's ulp.
-        part = torch.logsumexp(scores.double(), dim=1).to(scores.dtype)
-        self.lse = torch.logaddexp(self.lse, part)
+        if scores.device.type == "cpu" and scores.dtype == torch.float32:
+            # one compiled pass: ~5× torch.topk + a float64 logsumexp (chunk_kernels.py)
+            merge_chunk(
+                scores.contiguous().numpy(),
+                start,
+                self.top_scores.numpy(),
+                self.top_ids.numpy(),
+                self.lse.numpy(),
+            )
+        else:
+            self.top_scores, self.top_ids = merge_topk(
+                self.top_scores, self.top_ids, scores, start, self.top_scores.shape[1]
+            )
+            # The log-partition sums C terms: in float32 its last bits moved between runs (one
+            # thread's half of one block came out ~30 ulps off in some runs, the ranking
+            # never). Summed in float64 and rounded once, run-to-run noise stays far below
+            # float32's ulp.
+            part = torch.logsumexp(scores.double(), dim=1).to(scores.dtype)
+            self.lse = torch.logaddexp(self.lse, part)
         if labels is None:
             return
         local = labels - start
@@ -93,8 +105,11 @@ def predict(
     batch_size: int = 2048,
     label_chunk: int = 65536,
     table_budget: int = TABLE_BUDGET,
+    unadjusted: bool = True,
 ) -> tuple[Predictions, Predictions | None]:
-    """Adjusted predictions, and unadjusted ones when the loss adjusts scores (else None).
+    """Adjusted predictions, and unadjusted ones when the loss adjusts scores and
+    ``unadjusted`` asks for them (else None: validation needs only the adjusted ranking, and
+    the second top-k and log-partition would double the work after the GEMM).
 
     ``labels`` (N,) fill ``true_score``; multi-label rows have no single true label, so they
     pass None and ``true_score`` stays −inf. ``table_budget`` caps the rows × C floats of a
@@ -104,7 +119,7 @@ def predict(
     n, num_classes = x.shape[0], layer.num_classes
     k = min(k, num_classes)
     adjusted = _Accumulator(n, k, device)
-    raw = _Accumulator(n, k, device) if loss.adjusts_scores else None
+    raw = _Accumulator(n, k, device) if loss.adjusts_scores and unadjusted else None
     per_row = loss.adjusts_scores and ctx.per_row_correction
     if per_row:
         batch_size = max(1, min(batch_size, table_budget // max(num_classes, 1)))
@@ -120,8 +135,9 @@ def predict(
             for start in range(0, num_classes, label_chunk):
                 stop = min(start + label_chunk, num_classes)
                 scores = layer.scores(z, start, stop)
-                if acc_raw is not None:
-                    acc_raw.add(scores, start, yb)
+                if loss.adjusts_scores:
+                    if acc_raw is not None:
+                        acc_raw.add(scores, start, yb)
                     ids = torch.arange(start, stop, device=device)
                     scores = loss.adjust_scores(scores, xb, ids, ctx)
                 acc_adj.add(scores, start, yb)

@@ -71,7 +71,9 @@ def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[float, float]:
     multilabel = isinstance(y_val, LabelSets)
-    preds, _ = predict(encoder, layer, loss, ctx, x_val, None if multilabel else y_val, k=1)
+    preds, _ = predict(
+        encoder, layer, loss, ctx, x_val, None if multilabel else y_val, k=1, unadjusted=False
+    )
     return validation_scores(preds.topk[:, 0].cpu(), y_val, num_classes)
 
 
