@@ -53,7 +53,7 @@ def test_edge_rows():
             [200.0, -200.0, 0.0, 199.0],
         ]
     )
-    top, ids, lse = _fold(scores, 2, 3)
+    _, ids, lse = _fold(scores, 2, 3)
     assert lse[0] == float("-inf") and lse[1] == 2.0
     assert torch.isnan(lse[2])
     assert ids[1].tolist() == [1, 0]  # the finite label first, then the first −inf one

@@ -67,7 +67,7 @@ def _row_max(s):
     for j in range(0, body, _LANES):
         for lane in range(_LANES):
             v = s[j + lane]
-            lanes[lane] = v if v > lanes[lane] else lanes[lane]
+            lanes[lane] = max(lanes[lane], v)
     m = -np.inf
     for lane in range(_LANES):
         m = max(m, np.float64(lanes[lane]))
@@ -97,12 +97,12 @@ def merge_chunk(scores, start, top_scores, top_ids, lse):
         m = _row_max(s)
         if m == -np.inf:
             part = -np.inf
-        elif m != m or m == np.inf:
+        elif np.isnan(m) or m == np.inf:
             part = m
         else:
             part = m + np.log(_sum_exp(s, m))
         old = np.float64(lse[i])
-        if part != part or old != old:
+        if np.isnan(part) or np.isnan(old):
             lse[i] = np.nan
         elif part > -np.inf:
             hi, lo = max(old, part), min(old, part)
@@ -115,7 +115,7 @@ def merge_chunk(scores, start, top_scores, top_ids, lse):
         floor = best[k - 1]
         for j in range(width):
             v = s[j]
-            if v > floor or (ids[k - 1] < 0 and v == v):
+            if v > floor or (ids[k - 1] < 0 and not np.isnan(v)):
                 pos = k - 1
                 while pos > 0 and (best[pos - 1] < v or ids[pos - 1] < 0):
                     best[pos] = best[pos - 1]
