@@ -35,8 +35,9 @@ class _Uncorrected(Loss):
 
 
 def _rows(num_classes: int, dim: int) -> int:
-    # about 0.3–1 s per measurement at either width
-    return max(16, min(4096, 2 * 10**9 // (num_classes * max(dim, 64))))
+    # about 0.5–5 s per measurement; at least 512 rows, so that the one C × d copy per call
+    # of the leaf-ordered output layer weighs per row as it does in an evaluation
+    return max(512, min(4096, 4 * 10**9 // (num_classes * max(dim, 64))))
 
 
 def measure(num_classes: int, dim: int, repeats: int, label_chunk: int) -> dict[str, float]:

@@ -141,6 +141,24 @@ class Sampler:
         ``labels`` (B, k) gives (B, k)."""
         raise NotImplementedError
 
+    def correction_work_per_label(self) -> float:
+        """Multiply-adds per label of :meth:`log_prob_all_ordered`, for prediction's cost (the
+        validation schedule weighs it; 0 for a sampler whose correction is a table lookup)."""
+        return 0.0
+
+    def label_order(self) -> torch.Tensor | None:
+        """A conditional sampler's cheapest column order for :meth:`log_prob_all_ordered`
+        (the tree's: labels by leaf), or None for label-id order. Prediction scores labels in
+        this order so that every label chunk reads a contiguous slice of the table."""
+        return None
+
+    def log_prob_all_ordered(self, x: torch.Tensor) -> torch.Tensor:
+        """log q of every label for each row of ``x``, (B, C), columns in :meth:`label_order`."""
+        order = self.label_order()
+        if order is None:
+            raise NotImplementedError(f"{type(self).__name__} defines no all-labels table")
+        return self.log_prob(x, order)
+
     def to(self, device: torch.device) -> Sampler:
         """Move fitted tables to ``device`` (training runs there); returns self."""
         return self
@@ -197,6 +215,9 @@ class PredictionContext:
     _block: torch.Tensor | None = field(default=None, repr=False)
     _table: torch.Tensor | None = field(default=None, repr=False)
     _num_classes: int = field(default=0, repr=False)
+    _order: torch.Tensor | None = field(default=None, repr=False)
+    _position: torch.Tensor | None = field(default=None, repr=False)
+    _chunk: tuple[torch.Tensor, int, int] | None = field(default=None, repr=False)
 
     @property
     def per_row_correction(self) -> bool:
@@ -208,14 +229,32 @@ class PredictionContext:
             and self.sampler.conditions_on != "scores"
         )
 
+    def label_order(self) -> torch.Tensor | None:
+        """The column order prediction should score labels in (the sampler's table order), or
+        None for label-id order."""
+        return self.sampler.label_order() if self.per_row_correction else None
+
     @contextmanager
     def rows(self, x: torch.Tensor, num_classes: int) -> Iterator[None]:
         """Within the block, log q(·|x) of all ``num_classes`` labels is computed at most once."""
         self._block, self._table, self._num_classes = x, None, num_classes
+        self._order = self.label_order()
         try:
             yield
         finally:
-            self._block, self._table = None, None
+            self._block, self._table, self._chunk = None, None, None
+
+    def chunk_ids(self, start: int, stop: int, device: torch.device) -> torch.Tensor:
+        """The label ids of prediction's columns ``start`` … ``stop`` − 1 of the current block:
+        a slice of :meth:`label_order`, else ``arange``. Passed on to :meth:`add_log_q`, they
+        let it slice the table instead of gathering from it."""
+        ids = (
+            self._order[start:stop].to(device)
+            if self._block is not None and self._order is not None
+            else torch.arange(start, stop, device=device)
+        )
+        self._chunk = (ids, start, stop)
+        return ids
 
     def add_log_q(
         self, scores: torch.Tensor, x: torch.Tensor, label_ids: torch.Tensor
@@ -230,11 +269,27 @@ class PredictionContext:
             return scores
         if x is self._block and self.sampler.conditional and label_ids.dim() == 1:
             if self._table is None:
-                every = torch.arange(self._num_classes, device=label_ids.device)
-                self._table = self.sampler.log_prob(x, every)
-            log_q = self._table.index_select(1, label_ids.to(self._table.device))
+                if self._order is not None:
+                    self._table = self.sampler.log_prob_all_ordered(x)
+                else:
+                    every = torch.arange(self._num_classes, device=label_ids.device)
+                    self._table = self.sampler.log_prob(x, every)
+            if self._chunk is not None and label_ids is self._chunk[0]:
+                log_q = self._table[:, self._chunk[1] : self._chunk[2]]
+            else:
+                log_q = self._table.index_select(1, self._columns(label_ids))
             return scores + log_q.to(scores)
         return scores + self.sampler.log_prob(x, label_ids).to(scores)
+
+    def _columns(self, label_ids: torch.Tensor) -> torch.Tensor:
+        label_ids = label_ids.to(self._table.device)
+        if self._order is None:
+            return label_ids
+        if self._position is None or self._position.device != label_ids.device:
+            order = self._order.to(label_ids.device)
+            self._position = torch.empty_like(order)
+            self._position[order] = torch.arange(order.numel(), device=order.device)
+        return self._position.index_select(0, label_ids)
 
 
 class Loss(torch.nn.Module):

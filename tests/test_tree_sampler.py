@@ -339,9 +339,7 @@ def test_all_leaves_values_do_not_depend_on_the_rows_or_labels_asked(sampler) ->
     for lo, hi in ((0, 1), (3, 4), (5, 22), (22, 37)):
         assert torch.equal(sampler.log_prob_all(x[lo:hi]), every[lo:hi])
     labels = torch.tensor([C - 1, 0, 7, 7, 3])
-    assert torch.equal(
-        sampler._dense_log_prob(x, sampler._table("leaf_of_label")[labels]), every[:, labels]
-    )
+    assert torch.equal(sampler.log_prob(x, labels), every[:, labels])
 
 
 def test_log_sigmoid_kernel_is_accurate() -> None:

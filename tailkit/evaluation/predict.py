@@ -8,7 +8,8 @@ is applied to each chunk; when the loss has one, the unadjusted scores are repor
 A conditional sampler's correction log p_n(y|x) (the adversarial tree's) is computed once per
 row for all labels, not once per chunk: such rows are scored in blocks small enough that a
 block × C table of it fits ``table_budget`` floats, and every chunk reads its columns
-(:meth:`PredictionContext.rows`).
+(:meth:`PredictionContext.rows`). Labels are then scored in the sampler's table order (the
+tree's leaf order), so those columns are a contiguous slice; top-k ids are mapped back.
 """
 
 from __future__ import annotations
@@ -121,12 +122,23 @@ def predict(
     adjusted = _Accumulator(n, k, device)
     raw = _Accumulator(n, k, device) if loss.adjusts_scores and unadjusted else None
     per_row = loss.adjusts_scores and ctx.per_row_correction
+    order = position = None
     if per_row:
         batch_size = max(1, min(batch_size, table_budget // max(num_classes, 1)))
+        order = ctx.label_order()
+    if order is not None:
+        # columns in the sampler's table order: each chunk's correction is a slice, not a
+        # gather of C scattered floats per row; ids and true labels are mapped at the ends
+        order = order.to(device)
+        layer = layer.reordered(order)
+        position = torch.empty_like(order)
+        position[order] = torch.arange(num_classes, device=device)
     encoder.eval()
     for lo in range(0, n, batch_size):
         xb = x[lo : lo + batch_size].to(device, non_blocking=True)
         yb = None if labels is None else labels[lo : lo + batch_size].to(device)
+        if yb is not None and position is not None:
+            yb = position[yb]
         z = encoder(xb)
         block = slice(lo, lo + xb.shape[0])
         acc_adj = _Accumulator(xb.shape[0], k, device)
@@ -138,12 +150,15 @@ def predict(
                 if loss.adjusts_scores:
                     if acc_raw is not None:
                         acc_raw.add(scores, start, yb)
-                    ids = torch.arange(start, stop, device=device)
+                    ids = ctx.chunk_ids(start, stop, device)
                     scores = loss.adjust_scores(scores, xb, ids, ctx)
                 acc_adj.add(scores, start, yb)
         for total, part in ((adjusted, acc_adj), (raw, acc_raw)):
             if total is not None and part is not None:
-                total.top_ids[block] = part.top_ids
+                ids = part.top_ids
+                if order is not None:
+                    ids = torch.where(ids >= 0, order[ids.clamp_min(0)], ids)
+                total.top_ids[block] = ids
                 total.top_scores[block] = part.top_scores
                 total.lse[block] = part.lse
                 total.true_score[block] = part.true_score

@@ -152,6 +152,16 @@ class OutputLayer:
             return zs @ w.t()
         return torch.addmm(self.bias[start:stop], z, self.weight[start:stop].t())
 
+    def reordered(self, order: torch.Tensor) -> OutputLayer:
+        """A copy whose row j is label ``order[j]``: prediction scores in a sampler's table
+        order so the correction is a contiguous slice (one C × d copy per prediction call)."""
+        layer = object.__new__(OutputLayer)
+        order = order.to(self.weight.device)
+        layer.weight = self.weight.index_select(0, order)
+        layer.bias = self.bias.index_select(0, order)
+        layer.cosine_scale = self.cosine_scale
+        return layer
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"weight": self.weight, "bias": self.bias}
 

@@ -67,7 +67,11 @@ class TreeSampler(Sampler):
         self._report: dict[str, Any] = {}
         self._tables: dict[str, torch.Tensor] = {}
         self._sparse_map: tuple[torch.Tensor, torch.Tensor] | None = None  # (Tᵀ, μ·Tᵀ)
-        self._weight_t: torch.Tensor | None = None  # node weights (k, 2^D − 1), the kernel's
+        # the all-leaves kernel's tables: node weights (k, 2^D − 1), labelled leaves, columns
+        self._weight_t: torch.Tensor | None = None
+        self._leaf_used: torch.Tensor | None = None
+        self._first_out: torch.Tensor | None = None
+        self._order: torch.Tensor | None = None
         self.full_tree_rows = 0
 
     # --- fitting ---------------------------------------------------------------------------
@@ -115,7 +119,7 @@ class TreeSampler(Sampler):
             "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
         }
         self._sparse_map = None
-        self._weight_t = None
+        self._weight_t = self._order = None
         self._warm_up()
         self._report = {
             "depth": tree.depth,
@@ -221,8 +225,7 @@ class TreeSampler(Sampler):
         if labels.dim() == 1 and n * self.depth > (2 << self.depth) // 4:
             # Many labels for every row (evaluation): one pass over all nodes costs 2^(D+1)
             # per row instead of n·D path walks.
-            leaves = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
-            return self._dense_log_prob(x, leaves)
+            return self.log_prob_all(x).index_select(1, labels.to(x.device))
         leaf = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
         xt = self.whiten(x)
         leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
@@ -252,40 +255,61 @@ class TreeSampler(Sampler):
             out += torch.nn.functional.logsigmoid(torch.where(right, z, -z))
         return out
 
+    def correction_work_per_label(self) -> float:
+        # two nodes per leaf, each a k-dim dot product and a log σ (~24 operations)
+        return 2.0 * (self.k + 24)
+
+    def label_order(self) -> torch.Tensor:
+        """The labels sorted by leaf: the column order of :meth:`log_prob_all_ordered`, which
+        its kernel writes sequentially (prediction scores labels in this order)."""
+        if self._order is None:
+            label_of_leaf = self._table("label_of_leaf")
+            self._order = label_of_leaf[label_of_leaf >= 0]
+        return self._order
+
     def log_prob_all(self, x: torch.Tensor) -> torch.Tensor:
-        """log p_n(y|x) for every label y, (B, C): one pass over the tree per row.
+        """log p_n(y|x) for every label y, (B, C) in label order: one pass over the tree per row.
 
         The caller bounds B (the table is B × C floats); prediction sizes its row blocks so
         (``tailkit.evaluation.predict``), and computes it once per row for all label chunks.
         """
-        return self._dense_log_prob(x, self._table("leaf_of_label"))
+        position = torch.empty_like(self.label_order())
+        position[self.label_order()] = torch.arange(self.num_classes, device=position.device)
+        return self.log_prob_all_ordered(x).index_select(1, position)
 
-    def _dense_log_prob(self, x: torch.Tensor, leaves: torch.Tensor) -> torch.Tensor:
-        """log p_n of the given leaves (n,) for every row, (B, n), each row's tree walked once.
+    def log_prob_all_ordered(self, x: torch.Tensor) -> torch.Tensor:
+        """log p_n of every label for every row, (B, C), column j = label ``label_order()[j]``,
+        each row's tree walked once.
 
-        On the CPU a compiled kernel fills every node of a row in one pass (tree_kernels.py,
-        ``leaf_log_prob``); elsewhere the same sums run level by level as batched torch ops, in
-        row blocks whose temporaries stay under the dense budget. ``full_tree_rows`` counts the
-        rows whose whole tree was evaluated (tests check that a row is never done twice).
+        On the CPU a compiled kernel fills every node of a row in one pass, bottom subtrees
+        while their weights sit in cache (tree_kernels.py, ``leaf_log_prob``); elsewhere the
+        same sums run level by level as batched torch ops, in row blocks whose temporaries stay
+        under the dense budget. ``full_tree_rows`` counts the rows whose whole tree was
+        evaluated (tests check that a row is never done twice).
         """
         self.full_tree_rows += x.shape[0]
         xt = self.whiten(x)
         if self._on_cpu():
-            from tailkit.plugins.samplers.tree_kernels import leaf_log_prob
+            from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH, leaf_log_prob
 
             if self._weight_t is None:
                 self._weight_t = self._table("weight").t().contiguous()
-            out = np.empty((xt.shape[0], leaves.shape[0]), dtype=np.float32)
+                used = self._table("label_of_leaf") >= 0
+                per_subtree = used.view(-1, 1 << min(self.depth, SUBTREE_DEPTH)).sum(1)
+                self._leaf_used = used.to(torch.uint8)
+                self._first_out = torch.cat([per_subtree.new_zeros(1), per_subtree.cumsum(0)])
+            out = np.empty((xt.shape[0], self.num_classes), dtype=np.float32)
             leaf_log_prob(
                 xt.numpy(),
                 self._weight_t.numpy(),
                 self._table("bias").numpy(),
-                leaves.to(torch.int64).contiguous().numpy(),
                 self.depth,
+                self._leaf_used.numpy(),
+                self._first_out.numpy(),
                 out,
             )
             return torch.from_numpy(out)
-        leaves = leaves.to(xt.device)
+        leaves = self._table("leaf_of_label")[self.label_order()]
         block = max(1, _DENSE_BUDGET // (2 << self.depth))
         parts = [
             self._leaf_log_prob(xt[lo : lo + block]).index_select(1, leaves)
@@ -314,7 +338,7 @@ class TreeSampler(Sampler):
     def to(self, device: torch.device) -> TreeSampler:
         self._tables = {k: v.to(device) for k, v in self._tables.items()}
         self._sparse_map = None
-        self._weight_t = None
+        self._weight_t = self._order = None
         return self
 
     def state_dict(self) -> dict[str, Any]:
@@ -353,7 +377,7 @@ class TreeSampler(Sampler):
             for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
         }
         self._sparse_map = None
-        self._weight_t = None
+        self._weight_t = self._order = None
         self._warm_up()
 
     def _warm_up(self) -> None:
