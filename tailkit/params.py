@@ -62,8 +62,12 @@ class TrainParams:
 
     epochs: float = 1.0  # *
     batch_size: int = 512  # *
-    eval_every: int = 100
+    # the learning curve's schedule: "auto" spends at most val_budget of the training
+    # multiply-adds on validation (tailkit/training/validation_schedule.py), an integer
+    # validates val_rows rows every eval_every steps
+    eval_every: int | Literal["auto"] = "auto"
     val_rows: int = 5000
+    val_budget: float = 0.1
     checkpoint_every: int = 500
     max_steps: int | None = None  # *
 
@@ -72,6 +76,7 @@ class TrainParams:
         "batch_size": Interval(1, None),
         "eval_every": Interval(1, None),
         "val_rows": Interval(1, None),
+        "val_budget": Interval(0, 1, closed="right"),
         "checkpoint_every": Interval(1, None),
         "max_steps": Interval(1, None),
     }

@@ -129,7 +129,14 @@ def check_value(key: str, value: Any, annotation: Any, constraint: Constraint | 
         raise InvalidParameterError(
             f"{key}: got {value!r} ({type(value).__name__}); expected {_describe(annotation)}"
         )
-    if constraint is not None and value is not None and value not in constraint:
+    # an Interval bounds the numeric arm of a union such as ``int | Literal["auto"]``
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if (
+        constraint is not None
+        and value is not None
+        and (numeric or not isinstance(constraint, Interval))
+        and value not in constraint
+    ):
         raise InvalidParameterError(
             f"{key}: got {value!r}; expected a value {constraint}"
             if isinstance(constraint, Interval)

@@ -44,6 +44,7 @@ from tailkit.splits import read_meta
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, curve_to_tsv, train, validation_scores
 from tailkit.training.output_layer import OutputLayer
+from tailkit.training.validation_schedule import plan_validation
 
 
 def run(
@@ -76,17 +77,33 @@ def run(
         device=device,
         generator=torch.Generator().manual_seed(seed),
     )
-    val_pick = _validation_rows(val_set.x.shape[0], params)
     cfg = LoopConfig(
         experiment=experiment,
         epochs=settings["epochs"],
         batch_size=settings["batch_size"],
         negatives=settings["negatives"],
         max_steps=settings["max_steps"],
-        eval_every=params.train.eval_every,
         checkpoint_every=params.train.checkpoint_every,
         seed=seed,
     )
+    schedule = plan_validation(
+        eval_every=params.train.eval_every,
+        val_rows=params.train.val_rows,
+        val_budget=params.train.val_budget,
+        available_rows=val_set.x.shape[0],
+        total_steps=cfg.total_steps(train_set.x.shape[0]),
+        batch_size=cfg.batch_size,
+        num_classes=meta["num_classes"],
+        dim=encoder.out_dim,
+        sampled_labels=None if loss.mode == "full" else 1 + cfg.negatives,
+        correction_per_label=(
+            sampler.correction_work_per_label()
+            if sampler is not None and loss.adjusts_scores
+            else 0.0
+        ),
+    )
+    cfg.eval_every = schedule.every
+    val_pick = _validation_rows(val_set.x.shape[0], params)[: schedule.rows]
     fingerprint = params_hash(
         {
             "settings": settings,
@@ -137,6 +154,8 @@ def run(
                 "num_classes": meta["num_classes"],
                 "in_dim": meta["dim"],
                 "steps": result.steps,
+                # which validation rows and steps the learning curve used
+                "validation": schedule.as_dict(),
                 "plugins": provenance(params, registry, settings),
             },
         )

@@ -54,6 +54,11 @@ class LoopConfig:
     checkpoint_every: int = 500
     seed: int = 0
 
+    def total_steps(self, rows: int) -> int:
+        """Steps of a run over ``rows`` training rows: ⌈epochs × batches per epoch⌉, capped."""
+        total = math.ceil(self.epochs * math.ceil(rows / self.batch_size))
+        return total if self.max_steps is None else min(total, self.max_steps)
+
 
 @dataclass
 class TrainResult:
@@ -158,9 +163,7 @@ def train(
     device = layer.weight.device
     n = x_train.shape[0]
     steps_per_epoch = math.ceil(n / cfg.batch_size)
-    total = math.ceil(cfg.epochs * steps_per_epoch)
-    if cfg.max_steps is not None:
-        total = min(total, cfg.max_steps)
+    total = cfg.total_steps(n)
     ctx = PredictionContext(
         log_prior=log_prior_from_counts(class_counts).to(device), sampler=sampler
     )
