@@ -159,6 +159,22 @@ class Sampler:
             raise NotImplementedError(f"{type(self).__name__} defines no all-labels table")
         return self.log_prob(x, order)
 
+    def correction_columns(self, x: torch.Tensor) -> CorrectionColumns:
+        """Prediction's view of :meth:`log_prob_all_ordered` for the rows ``x``, asked column
+        range by column range (a sampler may compute each range as it is asked)."""
+        return TableColumns(self.log_prob_all_ordered(x))
+
+    def correction_floats_per_row(self, num_classes: int) -> int:
+        """Floats per row that :meth:`correction_columns` holds: prediction sizes its row
+        blocks by it (the whole table by default)."""
+        return num_classes
+
+    def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
+        """Column bounds, 0 first and C last, of the label chunks prediction should ask
+        :meth:`correction_columns` for: ``label_chunk`` apart unless the sampler prefers
+        others (the tree's fall between subtrees)."""
+        return [*range(0, num_classes, label_chunk), num_classes]
+
     def to(self, device: torch.device) -> Sampler:
         """Move fitted tables to ``device`` (training runs there); returns self."""
         return self
@@ -200,6 +216,24 @@ class LossInput:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class CorrectionColumns:
+    """log q(·|x) of a block of rows, by column range (see :meth:`Sampler.correction_columns`)."""
+
+    def columns(self, start: int, stop: int) -> torch.Tensor:
+        """(B, stop − start) values of columns ``start`` … ``stop`` − 1."""
+        raise NotImplementedError
+
+
+class TableColumns(CorrectionColumns):
+    """Columns sliced from a table computed whole."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        self.table = table
+
+    def columns(self, start: int, stop: int) -> torch.Tensor:
+        return self.table[:, start:stop]
+
+
 @dataclass
 class PredictionContext:
     """What a loss may use to adjust scores at prediction time.
@@ -213,6 +247,7 @@ class PredictionContext:
     log_prior: torch.Tensor
     sampler: Sampler | None = None
     _block: torch.Tensor | None = field(default=None, repr=False)
+    _source: CorrectionColumns | None = field(default=None, repr=False)
     _table: torch.Tensor | None = field(default=None, repr=False)
     _num_classes: int = field(default=0, repr=False)
     _order: torch.Tensor | None = field(default=None, repr=False)
@@ -222,7 +257,7 @@ class PredictionContext:
     @property
     def per_row_correction(self) -> bool:
         """Whether :meth:`add_log_q` depends on the row (a conditional sampler's log q(y|x)):
-        prediction then sizes its row blocks so a block × C table fits its budget."""
+        prediction then sizes its row blocks by :meth:`Sampler.correction_floats_per_row`."""
         return (
             self.sampler is not None
             and self.sampler.conditional
@@ -234,20 +269,35 @@ class PredictionContext:
         None for label-id order."""
         return self.sampler.label_order() if self.per_row_correction else None
 
+    def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
+        """Prediction's label chunks: the sampler's preferred bounds when it corrects per row."""
+        if self.per_row_correction and self.label_order() is not None:
+            return self.sampler.chunk_bounds(num_classes, label_chunk)
+        return [*range(0, num_classes, label_chunk), num_classes]
+
+    def block_rows(self, batch_size: int, num_classes: int, budget: int) -> int:
+        """Rows per prediction block so the correction held per block stays within ``budget``
+        floats."""
+        if not self.per_row_correction:
+            return batch_size
+        per_row = max(1, self.sampler.correction_floats_per_row(num_classes))
+        return max(1, min(batch_size, budget // per_row))
+
     @contextmanager
     def rows(self, x: torch.Tensor, num_classes: int) -> Iterator[None]:
-        """Within the block, log q(·|x) of all ``num_classes`` labels is computed at most once."""
-        self._block, self._table, self._num_classes = x, None, num_classes
+        """Within the block, log q(·|x) of each label is computed at most once."""
+        self._block, self._source, self._table = x, None, None
+        self._num_classes = num_classes
         self._order = self.label_order()
         try:
             yield
         finally:
-            self._block, self._table, self._chunk = None, None, None
+            self._block, self._source, self._table, self._chunk = None, None, None, None
 
     def chunk_ids(self, start: int, stop: int, device: torch.device) -> torch.Tensor:
         """The label ids of prediction's columns ``start`` … ``stop`` − 1 of the current block:
         a slice of :meth:`label_order`, else ``arange``. Passed on to :meth:`add_log_q`, they
-        let it slice the table instead of gathering from it."""
+        let it ask the sampler for that column range instead of gathering from a table."""
         ids = (
             self._order[start:stop].to(device)
             if self._block is not None and self._order is not None
@@ -268,15 +318,17 @@ class PredictionContext:
         if self.sampler is None or self.sampler.conditions_on == "scores":
             return scores
         if x is self._block and self.sampler.conditional and label_ids.dim() == 1:
-            if self._table is None:
+            if self._source is None:
                 if self._order is not None:
-                    self._table = self.sampler.log_prob_all_ordered(x)
+                    self._source = self.sampler.correction_columns(x)
                 else:
                     every = torch.arange(self._num_classes, device=label_ids.device)
-                    self._table = self.sampler.log_prob(x, every)
+                    self._source = TableColumns(self.sampler.log_prob(x, every))
             if self._chunk is not None and label_ids is self._chunk[0]:
-                log_q = self._table[:, self._chunk[1] : self._chunk[2]]
-            else:
+                log_q = self._source.columns(self._chunk[1], self._chunk[2])
+            else:  # ids the context did not hand out: every column once, then gather
+                if self._table is None:
+                    self._table = self._source.columns(0, self._num_classes)
                 log_q = self._table.index_select(1, self._columns(label_ids))
             return scores + log_q.to(scores)
         return scores + self.sampler.log_prob(x, label_ids).to(scores)

@@ -9,6 +9,8 @@ divide neither C nor the rows.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -42,7 +44,7 @@ def test_corrected_topk_equals_the_dense_computation(num_classes, label_chunk, b
     loss = NegativeSampling()
     ctx = PredictionContext(log_prior=torch.zeros(num_classes), sampler=sampler)
     k = min(5, num_classes)
-    sampler.full_tree_rows = 0
+    sampler.leaf_columns = 0
     got, raw = predict(
         encoder,
         layer,
@@ -84,8 +86,9 @@ def test_corrected_topk_equals_the_dense_computation(num_classes, label_chunk, b
 
 
 def test_each_block_reads_the_exact_table_of_its_rows() -> None:
-    """Bit for bit: the correction a chunk adds is the whole table's columns for its rows."""
-    num_classes, rows = 1000, 29
+    """Bit for bit: the correction a chunk adds is the whole table's columns for its rows.
+    70,001 labels: 32 bottom subtrees of 4,096 leaves, so chunks span several of them."""
+    num_classes, rows = 70_001, 29
     sampler, encoder, layer, x, labels = _setup(num_classes, rows, seed=3)
     table = sampler.log_prob_all(x)
     seen = []
@@ -106,10 +109,12 @@ def test_each_block_reads_the_exact_table_of_its_rows() -> None:
         labels,
         k=3,
         batch_size=8,
-        label_chunk=300,
-        table_budget=5 * num_classes,
+        label_chunk=5000,
+        table_budget=5 * 32,  # the kernel holds 32 subtree roots per row: 5 rows per block
     )
-    assert len(seen) == 6 * 4  # ⌈29 / 5⌉ row blocks × ⌈1000 / 300⌉ chunks
+    bounds = sampler.chunk_bounds(num_classes, 5000)
+    assert len(bounds) > 10 and all(b - a <= 5000 for a, b in itertools.pairwise(bounds))
+    assert len(seen) == 6 * (len(bounds) - 1)  # ⌈29 / 5⌉ row blocks × the chunks
     covered = torch.full((rows, num_classes), float("nan"))
     for xb, ids, out in seen:
         block = next(i for i in range(0, rows, 5) if torch.equal(x[i : i + len(xb)], xb))

@@ -6,14 +6,16 @@ loss's prediction-time adjustment (Bamler–Mandt's + log p_n(y|x), post-hoc log
 is applied to each chunk; when the loss has one, the unadjusted scores are reported too.
 
 A conditional sampler's correction log p_n(y|x) (the adversarial tree's) is computed once per
-row for all labels, not once per chunk: such rows are scored in blocks small enough that a
-block × C table of it fits ``table_budget`` floats, and every chunk reads its columns
-(:meth:`PredictionContext.rows`). Labels are then scored in the sampler's table order (the
-tree's leaf order), so those columns are a contiguous slice; top-k ids are mapped back.
+row for all labels, not once per chunk (:meth:`PredictionContext.rows`): labels are scored in
+the sampler's order (the tree's leaf order) and in chunks whose bounds it picks, and each chunk
+asks it for exactly its own columns (the tree expands the subtrees under them); top-k ids are
+mapped back to labels at the end. What the sampler holds per row bounds the block's rows by
+``table_budget`` floats (the tree: its subtree roots; a sampler that builds the whole table: C).
 """
 
 from __future__ import annotations
 
+import itertools
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -113,8 +115,8 @@ def predict(
     the second top-k and log-partition would double the work after the GEMM).
 
     ``labels`` (N,) fill ``true_score``; multi-label rows have no single true label, so they
-    pass None and ``true_score`` stays −inf. ``table_budget`` caps the rows × C floats of a
-    per-row correction table (module docstring).
+    pass None and ``true_score`` stays −inf. ``table_budget`` caps the floats a
+    block's per-row correction holds (module docstring).
     """
     device = layer.weight.device
     n, num_classes = x.shape[0], layer.num_classes
@@ -123,9 +125,11 @@ def predict(
     raw = _Accumulator(n, k, device) if loss.adjusts_scores and unadjusted else None
     per_row = loss.adjusts_scores and ctx.per_row_correction
     order = position = None
+    bounds = [*range(0, num_classes, label_chunk), num_classes]
     if per_row:
-        batch_size = max(1, min(batch_size, table_budget // max(num_classes, 1)))
+        batch_size = ctx.block_rows(batch_size, num_classes, table_budget)
         order = ctx.label_order()
+        bounds = ctx.chunk_bounds(num_classes, label_chunk)
     if order is not None:
         # columns in the sampler's table order: each chunk's correction is a slice, not a
         # gather of C scattered floats per row; ids and true labels are mapped at the ends
@@ -144,8 +148,7 @@ def predict(
         acc_adj = _Accumulator(xb.shape[0], k, device)
         acc_raw = _Accumulator(xb.shape[0], k, device) if raw is not None else None
         with ctx.rows(xb, num_classes) if per_row else nullcontext():
-            for start in range(0, num_classes, label_chunk):
-                stop = min(start + label_chunk, num_classes)
+            for start, stop in itertools.pairwise(bounds):
                 scores = layer.scores(z, start, stop)
                 if loss.adjusts_scores:
                     if acc_raw is not None:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from tailkit.components import Sampler
+from tailkit.components import CorrectionColumns, Sampler, TableColumns
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
@@ -24,6 +24,44 @@ from tailkit.validation import Constraint, Interval
 
 #: Cap on the (rows × 2^(D+1)) floats of the level-wise torch evaluation (256 MiB).
 _DENSE_BUDGET = 1 << 26
+
+
+class _SubtreeColumns(CorrectionColumns):
+    """The CPU path of :meth:`TreeSampler.correction_columns`."""
+
+    def __init__(self, sampler: TreeSampler, xt: torch.Tensor) -> None:
+        from tailkit.plugins.samplers.tree_kernels import subtree_roots
+
+        self.sampler, self.xt = sampler, xt.numpy()
+        weight_t, _, first_out = sampler._kernel_tables()
+        self.roots = np.empty((xt.shape[0], first_out.shape[0] - 1), dtype=np.float32)
+        bias = sampler._table("bias").numpy()
+        subtree_roots(self.xt, weight_t.numpy(), bias, sampler.depth, self.roots)
+
+    def columns(self, start: int, stop: int) -> torch.Tensor:
+        from tailkit.plugins.samplers.tree_kernels import subtree_leaves
+
+        s = self.sampler
+        weight_t, leaf_used, first_out = s._kernel_tables()
+        bounds = first_out.numpy()
+        r_lo = int(np.searchsorted(bounds, start, side="right")) - 1
+        r_hi = int(np.searchsorted(bounds, stop, side="left"))
+        lo, hi = int(bounds[r_lo]), int(bounds[r_hi])
+        out = np.empty((self.xt.shape[0], hi - lo), dtype=np.float32)
+        subtree_leaves(
+            self.xt,
+            weight_t.numpy(),
+            s._table("bias").numpy(),
+            s.depth,
+            self.roots,
+            r_lo,
+            r_hi,
+            leaf_used.numpy(),
+            bounds,
+            out,
+        )
+        s.leaf_columns += out.size
+        return torch.from_numpy(out[:, start - lo : stop - lo])
 
 
 class TreeSampler(Sampler):
@@ -72,7 +110,7 @@ class TreeSampler(Sampler):
         self._leaf_used: torch.Tensor | None = None
         self._first_out: torch.Tensor | None = None
         self._order: torch.Tensor | None = None
-        self.full_tree_rows = 0
+        self.leaf_columns = 0
 
     # --- fitting ---------------------------------------------------------------------------
 
@@ -279,43 +317,66 @@ class TreeSampler(Sampler):
 
     def log_prob_all_ordered(self, x: torch.Tensor) -> torch.Tensor:
         """log p_n of every label for every row, (B, C), column j = label ``label_order()[j]``,
-        each row's tree walked once.
+        each row's tree walked once (see :meth:`correction_columns`)."""
+        return self.correction_columns(x).columns(0, self.num_classes)
 
-        On the CPU a compiled kernel fills every node of a row in one pass, bottom subtrees
-        while their weights sit in cache (tree_kernels.py, ``leaf_log_prob``); elsewhere the
-        same sums run level by level as batched torch ops, in row blocks whose temporaries stay
-        under the dense budget. ``full_tree_rows`` counts the rows whose whole tree was
-        evaluated (tests check that a row is never done twice).
+    def correction_floats_per_row(self, num_classes: int) -> int:
+        # on the CPU only the subtree roots are held per row; the torch path holds the table
+        return len(self._kernel_tables()[2]) - 1 if self._on_cpu() else num_classes
+
+    def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
+        """Column bounds of about ``label_chunk`` labels that fall between bottom subtrees, so
+        that every subtree is expanded once per row (on the CPU; elsewhere any bounds do)."""
+        if not self._on_cpu():
+            return super().chunk_bounds(num_classes, label_chunk)
+        first_out = self._kernel_tables()[2].numpy()
+        bounds = [0]
+        while bounds[-1] < num_classes:
+            at = bounds[-1]
+            reach = first_out[np.searchsorted(first_out, at + label_chunk, side="right") - 1]
+            bounds.append(int(reach if reach > at else first_out[first_out > at][0]))
+        return bounds
+
+    def correction_columns(self, x: torch.Tensor) -> CorrectionColumns:
+        """log p_n(·|x) of the rows ``x`` by column range, in :meth:`label_order`.
+
+        On the CPU the top levels are expanded once here (``subtree_roots``) and each
+        ``columns(start, stop)`` expands the bottom subtrees under those columns while their
+        weights sit in cache (``subtree_leaves``, tree_kernels.py): memory per row is the
+        subtree roots, not C. Elsewhere (CUDA) the whole table is built level by level as
+        batched torch ops, in row blocks whose temporaries stay under the dense budget.
+        ``leaf_columns`` counts the (row, label) values computed: C per row when every column
+        is asked once (tests check that no row's tree is walked twice).
         """
-        self.full_tree_rows += x.shape[0]
         xt = self.whiten(x)
         if self._on_cpu():
-            from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH, leaf_log_prob
-
-            if self._weight_t is None:
-                self._weight_t = self._table("weight").t().contiguous()
-                used = self._table("label_of_leaf") >= 0
-                per_subtree = used.view(-1, 1 << min(self.depth, SUBTREE_DEPTH)).sum(1)
-                self._leaf_used = used.to(torch.uint8)
-                self._first_out = torch.cat([per_subtree.new_zeros(1), per_subtree.cumsum(0)])
-            out = np.empty((xt.shape[0], self.num_classes), dtype=np.float32)
-            leaf_log_prob(
-                xt.numpy(),
-                self._weight_t.numpy(),
-                self._table("bias").numpy(),
-                self.depth,
-                self._leaf_used.numpy(),
-                self._first_out.numpy(),
-                out,
-            )
-            return torch.from_numpy(out)
+            return _SubtreeColumns(self, xt)
+        self.leaf_columns += xt.shape[0] * self.num_classes
         leaves = self._table("leaf_of_label")[self.label_order()]
         block = max(1, _DENSE_BUDGET // (2 << self.depth))
         parts = [
             self._leaf_log_prob(xt[lo : lo + block]).index_select(1, leaves)
             for lo in range(0, xt.shape[0], block)
         ]
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
+        return TableColumns(torch.cat(parts) if len(parts) > 1 else parts[0])
+
+    @property
+    def full_tree_rows(self) -> float:
+        """Rows whose whole tree was evaluated: ``leaf_columns`` / C."""
+        return self.leaf_columns / max(self.num_classes, 1)
+
+    def _kernel_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The CPU kernels' node weights (k, 2^D − 1), labelled-leaf mask (2^D,) uint8 and
+        first column of each bottom subtree (roots + 1,), built once per tree."""
+        if self._weight_t is None:
+            from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH
+
+            used = self._table("label_of_leaf") >= 0
+            per_subtree = used.view(-1, 1 << min(self.depth, SUBTREE_DEPTH)).sum(1)
+            self._weight_t = self._table("weight").t().contiguous()
+            self._leaf_used = used.to(torch.uint8)
+            self._first_out = torch.cat([per_subtree.new_zeros(1), per_subtree.cumsum(0)])
+        return self._weight_t, self._leaf_used, self._first_out
 
     def _leaf_log_prob(self, xt: torch.Tensor) -> torch.Tensor:
         """(b, 2^D) log-probabilities of every leaf, level by level into one preallocated heap:

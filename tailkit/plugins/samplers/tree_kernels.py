@@ -234,25 +234,17 @@ def _expand_level(x, i, weight_t, bias, first, width, heap, base, z, left, right
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
-def leaf_log_prob(x, weight_t, bias, depth, leaf_used, first_out, out):
-    """log p(leaf | x) of every labelled leaf, in leaf order, for every row of ``x`` (B, k) →
-    ``out`` (B, C) float32: one pass over the 2^depth − 1 nodes per row.
+def subtree_roots(x, weight_t, bias, depth, out):
+    """log p(node | x) of the roots of the bottom subtrees (the nodes of level
+    depth − SUBTREE_DEPTH, or the root) for every row of ``x`` (B, k) → ``out`` (B, roots).
 
-    ``weight_t`` is the node weights transposed, (k, 2^depth − 1) contiguous; ``leaf_used``
-    (2^depth,) marks the leaves that hold a label; ``first_out`` (2^top + 1,) is the column of
-    each bottom subtree's first labelled leaf (a prefix count of ``leaf_used``). The top
-    ``depth − SUBTREE_DEPTH`` levels are expanded per row; then each bottom subtree is expanded
-    for every row while its weights sit in cache, and only its labelled leaves are written.
-    A node's value is parent + log σ(∓z), summed root to leaf in float32 as the level-wise
-    torch path sums them.
+    ``weight_t`` is the node weights transposed, (k, 2^depth − 1) contiguous. A node's value
+    is parent + log σ(∓z), summed root to leaf in float32 as the level-wise torch path sums
+    them; :func:`subtree_leaves` goes on from here.
     """
     rows = x.shape[0]
-    sub = min(depth, SUBTREE_DEPTH)
-    top = depth - sub
+    top = depth - min(depth, SUBTREE_DEPTH)
     roots = 1 << top
-    width_max = 1 << (sub - 1)
-    # the log-probabilities of the subtree roots (level ``top``), per row
-    root_lp = np.empty((rows, roots), dtype=np.float32)
     for i in numba.prange(rows):
         heap = np.empty(2 * roots, dtype=np.float32)
         z = np.empty(max(roots // 2, 1), dtype=np.float32)
@@ -263,23 +255,40 @@ def leaf_log_prob(x, weight_t, bias, depth, leaf_used, first_out, out):
             first = (1 << level) - 1
             _expand_level(x, i, weight_t, bias, first, 1 << level, heap, first, z, left, right)
         for r in range(roots):
-            root_lp[i, r] = heap[roots - 1 + r]
-    for r in numba.prange(roots):
+            out[i, r] = heap[roots - 1 + r]
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
+def subtree_leaves(x, weight_t, bias, depth, root_lp, r_lo, r_hi, leaf_used, first_out, out):
+    """log p(leaf | x) of the labelled leaves of bottom subtrees ``r_lo`` … ``r_hi`` − 1, in
+    leaf order, for every row → ``out`` (B, first_out[r_hi] − first_out[r_lo]) float32.
+
+    ``root_lp`` is :func:`subtree_roots`' output; ``leaf_used`` (2^depth,) marks the leaves
+    that hold a label; ``first_out`` (roots + 1,) is the column of each subtree's first
+    labelled leaf (a prefix count of ``leaf_used``). Each subtree is expanded for every row
+    while its weights sit in cache, and only its labelled leaves are written.
+    """
+    rows = x.shape[0]
+    sub = min(depth, SUBTREE_DEPTH)
+    roots = 1 << (depth - sub)
+    offset = first_out[r_lo]
+    for r in numba.prange(r_lo, r_hi):
         heap = np.empty(2 << sub, dtype=np.float32)
-        z = np.empty(width_max, dtype=np.float32)
+        z = np.empty(1 << (sub - 1) if sub > 0 else 1, dtype=np.float32)
         left = np.empty_like(z)
         right = np.empty_like(z)
         leaf0 = r << sub
+        leaves = (1 << sub) - 1
+        full = first_out[r + 1] - first_out[r] == 1 << sub
         for i in range(rows):
             heap[0] = root_lp[i, r]
             for level in range(sub):
-                # nodes of the subtree's level ``level``: heap rows (roots + r)·2^level − 1 …
+                # the subtree's level ``level``: heap rows (roots + r)·2^level − 1 … of the tree
                 first = ((roots + r) << level) - 1
                 base = (1 << level) - 1
                 _expand_level(x, i, weight_t, bias, first, 1 << level, heap, base, z, left, right)
-            col = first_out[r]
-            leaves = (1 << sub) - 1
-            if first_out[r + 1] - col == 1 << sub:  # no padding leaf: a straight copy
+            col = first_out[r] - offset
+            if full:  # no padding leaf: a straight copy
                 out[i, col : col + (1 << sub)] = heap[leaves : leaves + (1 << sub)]
                 continue
             for j in range(1 << sub):
