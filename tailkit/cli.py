@@ -87,7 +87,7 @@ def subsample(params_path: Path, quiet: bool) -> None:
     from tailkit.stages import subsample as stage
 
     meta = _guard(lambda: stage.run(*_context(params_path, quiet)))
-    sizes = " / ".join(f"{sum(meta[f'{s}_counts']):,} {s}" for s in stage.SPLITS)
+    sizes = " / ".join(f"{int(meta[f'{s}_counts'].sum()):,} {s}" for s in stage.SPLITS)
     _say(quiet, f"subsample: {sizes} rows, {meta['num_classes']:,} classes")
 
 

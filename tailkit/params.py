@@ -63,12 +63,14 @@ class TrainParams:
     epochs: float = 1.0  # *
     batch_size: int = 512  # *
     # the learning curve's schedule: "auto" spends at most val_budget of the training
-    # multiply-adds on validation (tailkit/training/validation_schedule.py), an integer
+    # multiply-adds on validation (tailkit.training.cadence.py), an integer
     # validates val_rows rows every eval_every steps
     eval_every: int | Literal["auto"] = "auto"
     val_rows: int = 5000
     val_budget: float = 0.1
-    checkpoint_every: int = 500
+    # "auto": a checkpoint costs at most checkpoint_budget of the training work (cadence.py)
+    checkpoint_every: int | Literal["auto"] = "auto"
+    checkpoint_budget: float = 0.05
     max_steps: int | None = None  # *
 
     constraints: ClassVar = {
@@ -78,6 +80,7 @@ class TrainParams:
         "val_rows": Interval(1, None),
         "val_budget": Interval(0, 1, closed="right"),
         "checkpoint_every": Interval(1, None),
+        "checkpoint_budget": Interval(0, 1, closed="right"),
         "max_steps": Interval(1, None),
     }
 

@@ -1,9 +1,12 @@
-"""The split files and meta.json of ``data/split/`` (written by subsample, read downstream).
+"""The split files, ``labels.parquet`` and ``meta.json`` of ``data/split/`` (written by
+subsample, read downstream).
 
 One place for their format, so that the stages that read them depend on this module and not
 on the subsample stage's code (editing how subsample draws rows must not re-run a reader).
-``meta.json`` is extended by featurize@<set> into ``data/features/<set>/meta.json``: the same
-reader serves both.
+``meta.json`` holds scalars only (its size does not grow with C); everything per label lives
+in ``labels.parquet``, one row per label id: ``label``, ``name`` and the ``train_count``,
+``val_count``, ``test_count`` of the split (rows carrying the label). featurize@<set> carries
+both into ``data/features/<set>/``: the same reader serves both folders.
 """
 
 from __future__ import annotations
@@ -40,7 +43,33 @@ def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray | Lab
     return table["row_id"].to_numpy(), column.to_numpy()
 
 
+LABELS = "labels.parquet"
+
+
+def write_labels(directory: Path, names: list[str], counts: dict[str, np.ndarray]) -> None:
+    """The per-label table: ids, names and ``counts[split]`` as ``<split>_count``."""
+    columns = {
+        "label": pa.array(np.arange(len(names)), pa.int64()),
+        "name": pa.array([str(n) for n in names], pa.string()),
+        **{f"{split}_count": pa.array(counts[split], pa.int64()) for split in SPLITS},
+    }
+    pq.write_table(pa.table(columns), directory / LABELS, compression="zstd")
+
+
+def _producer(directory: Path) -> str:
+    return f"featurize@{directory.name}" if directory.parent.name == "features" else "subsample"
+
+
+def read_labels(directory: Path, columns: list[str] | None = None) -> pa.Table:
+    """The per-label table of a split or feature-set folder (all columns, or ``columns``)."""
+    return pq.read_table(require(directory / LABELS, _producer(directory)), columns=columns)
+
+
 def read_meta(directory: Path) -> dict[str, Any]:
-    """The meta.json that subsample writes and featurize extends."""
-    producer = f"featurize@{directory.name}" if directory.parent.name == "features" else "subsample"
-    return json.loads(require(directory / "meta.json", producer).read_text())
+    """The scalars of meta.json, plus ``<split>_counts`` (C,) int64 arrays from the label table
+    (label names: :func:`read_labels`)."""
+    meta = json.loads(require(directory / "meta.json", _producer(directory)).read_text())
+    table = read_labels(directory, [f"{split}_count" for split in SPLITS])
+    for split in SPLITS:
+        meta[f"{split}_counts"] = table[f"{split}_count"].to_numpy()
+    return meta

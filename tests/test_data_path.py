@@ -24,7 +24,7 @@ from tailkit.errors import InvalidParameterError, PluginError
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.registry import make_registry
-from tailkit.splits import read_split
+from tailkit.splits import read_meta, read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
@@ -162,10 +162,10 @@ def test_images_end_to_end_keep_the_given_test_split(tmp_path: Path) -> None:
     params = _params("tiny-images", "pixels", profile="exp", imbalance_ratio=4)
     layout = _prepare(tmp_path, params)
     raw = TinyImages().load(layout.raw)
-    split_meta = json.loads((layout.split / "meta.json").read_text())
+    split_meta = read_meta(layout.split)
     assert split_meta["given_splits"] == ["test", "train"]
-    assert split_meta["train_counts"] == [12, 7, 4, 3]  # floor(12 · 4^(-r/3))
-    assert split_meta["test_counts"] == [3, 3, 3, 3]
+    assert split_meta["train_counts"].tolist() == [12, 7, 4, 3]  # floor(12 · 4^(-r/3))
+    assert split_meta["test_counts"].tolist() == [3, 3, 3, 3]
 
     meta = featurize.run(params, layout, REGISTRY, "x")
     assert (meta["kind"], meta["shape"], meta["dim"]) == ("image", [6, 5, 3], 90)
@@ -203,10 +203,10 @@ def test_a_featurizer_that_does_not_take_the_modality_is_refused_before_fitting(
 def test_cifar_lt_counts_through_the_subsample_stage(tmp_path: Path) -> None:
     params = _params("labels-only-cifar", profile="exp", imbalance_ratio=100, val_fraction=0.1)
     layout = _prepare(tmp_path, params)
-    meta = json.loads((layout.split / "meta.json").read_text())
-    assert meta["train_counts"] == CIFAR10_LT_100 and sum(meta["train_counts"]) == 12406
-    assert meta["test_counts"] == [1000] * 10
-    assert meta["val_counts"] == [0] + [500] * 9
+    meta = read_meta(layout.split)
+    assert meta["train_counts"].tolist() == CIFAR10_LT_100 and meta["train_counts"].sum() == 12406
+    assert meta["test_counts"].tolist() == [1000] * 10
+    assert meta["val_counts"].tolist() == [0] + [500] * 9
     test_rows, test_labels = read_split(layout.split, "test")
     np.testing.assert_array_equal(test_rows, np.arange(50_000, 60_000))
     np.testing.assert_array_equal(test_labels, np.arange(10_000) % 10)

@@ -26,7 +26,7 @@ from tailkit.paths import Layout
 from tailkit.plugins.losses.decoupled import Decoupled
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.registry import make_registry
-from tailkit.splits import read_split
+from tailkit.splits import read_meta, read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
 from tailkit.training.loop import sampled_input
 from tailkit.training.output_layer import OutputLayer
@@ -217,7 +217,7 @@ def test_subsample_keeps_the_given_test_split_and_draws_val_at_random(prepared) 
     _, layout = prepared
     raw = TopicXC().load(layout.root)
     truth = _brute_sets(LabelSets.from_csr(raw.labels))
-    meta = json.loads((layout.split / "meta.json").read_text())
+    meta = read_meta(layout.split)
     rows = {}
     for name in ("train", "val", "test"):
         rows[name], labels = read_split(layout.split, name)
@@ -225,7 +225,7 @@ def test_subsample_keeps_the_given_test_split_and_draws_val_at_random(prepared) 
         assert _brute_sets(labels) == [truth[r] for r in rows[name]]
         assert meta[f"{name}_rows"] == rows[name].size
         want = np.bincount([label for r in rows[name] for label in truth[r]], minlength=12)
-        assert meta[f"{name}_counts"] == want.tolist()
+        assert meta[f"{name}_counts"].tolist() == want.tolist()
     assert rows["test"].tolist() == list(range(600, 800))
     assert rows["val"].size == 120 and rows["train"].size == 480  # 20 % of the 600 given
     assert sorted([*rows["train"], *rows["val"]]) == list(range(600))
@@ -281,7 +281,7 @@ def test_train_and_evaluate_report_the_xc_metrics_of_the_trained_scores(prepared
     metrics = evaluate.run(params, layout, REGISTRY, experiment)
     test = read_features(layout.feature_set("tfidf-svd") / "test.parquet").labels
     truth = _brute_sets(test)
-    meta = json.loads((layout.feature_set("tfidf-svd") / "meta.json").read_text())
+    meta = read_meta(layout.feature_set("tfidf-svd"))
     q = inverse_propensity(np.asarray(meta["train_counts"]), meta["train_rows"])
     scores = _dense_scores(params, layout, experiment)
     # Negative sampling from the tree adds log p_n(y|x) at prediction (Bamler-Mandt); the raw

@@ -4,8 +4,8 @@ its feature cache.
 ``params.featurize`` names the feature sets (an experiment trains on one of them); each is a
 stage of its own, so changing one set's options re-runs only the experiments that train on it.
 Raw inputs are decoded once; each split becomes ``data/features/<set>/<split>.parquet`` (see
-:mod:`tailkit.cache`), and ``meta.json`` carries the label names and counts forward so later
-stages read only ``data/features/<set>``.
+:mod:`tailkit.cache`), and ``meta.json`` and ``labels.parquet`` (names and counts,
+:mod:`tailkit.splits`) are carried forward so later stages read only ``data/features/<set>``.
 
 The featurizer's ``accepts`` (the RawData modalities it takes; ``("dense",)`` when it declares
 none) is checked against the dataset's modality before anything is fitted. Its ``output``
@@ -16,6 +16,7 @@ values per row: D, or H·W·3) and, for images, ``shape`` = [H, W, 3].
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ from tailkit.paths import Layout
 from tailkit.progress import each
 from tailkit.registry import Registry
 from tailkit.sparse import canonical, check_rows
-from tailkit.splits import SPLITS, read_meta, read_split
+from tailkit.splits import LABELS, SPLITS, read_meta, read_split
 
 
 def check_modality(
@@ -132,8 +133,10 @@ def run(params: Params, layout: Layout, registry: Registry, features: str) -> di
                 f"featurizer {name!r} gave rows of different shapes per split: {row_shapes}"
             )
         row_shape = row_shapes["train"]
-        meta = {**meta, **info, "kind": output, "dim": int(np.prod(row_shape))}
+        scalars = {k: v for k, v in meta.items() if not isinstance(v, np.ndarray)}
+        meta = {**scalars, **info, "kind": output, "dim": int(np.prod(row_shape))}
         if output == "image":
             meta["shape"] = list(row_shape)
         write_json(tmp / "meta.json", meta)
+        shutil.copyfile(layout.split / LABELS, tmp / LABELS)  # the per-label table, as it is
     return meta

@@ -139,9 +139,9 @@ def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
     if meta.get("multilabel"):
         rows = meta["train_rows"]
         size = f"{meta['num_classes']:,} labels, {rows:,} training rows"
-        size += f" ({sum(counts) / max(rows, 1):.2f} labels per row).\n"
+        size += f" ({int(counts.sum()) / max(rows, 1):.2f} labels per row).\n"
     else:
-        size = f"{meta['num_classes']:,} classes, {sum(counts):,} training rows.\n"
+        size = f"{meta['num_classes']:,} classes, {int(counts.sum()):,} training rows.\n"
     header = f"# tailkit summary: {meta['dataset']['name']}\n\n{size}"
     if not include_exps:
         runs = workspace_runs(params, layout)

@@ -43,7 +43,7 @@ from tailkit.labels import LabelSets
 from tailkit.params import Params, SubsampleParams
 from tailkit.paths import Layout
 from tailkit.registry import Registry
-from tailkit.splits import SPLITS, write_split
+from tailkit.splits import SPLITS, write_labels, write_split
 
 
 def _round_half_up(x: np.ndarray) -> np.ndarray:
@@ -248,20 +248,21 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         "dataset": params.dataset,
         "subsample": {**params.subsample.__dict__},
         "num_classes": raw.num_classes,
-        "label_names": list(raw.label_names),
     }
     if raw.splits is not None:
         meta["given_splits"] = sorted(raw.splits)
     if isinstance(labels, LabelSets):
         meta["multilabel"] = True
+    counts = {}
     with atomic_dir(layout.split) as tmp:
         for name in SPLITS:
             chosen = labels[rows[name]]
             write_split(tmp / f"{name}.parquet", rows[name], chosen)
             if isinstance(chosen, LabelSets):
-                meta[f"{name}_counts"] = chosen.counts().tolist()
+                counts[name] = chosen.counts()
                 meta[f"{name}_rows"] = len(chosen)
             else:
-                meta[f"{name}_counts"] = np.bincount(chosen, minlength=raw.num_classes).tolist()
+                counts[name] = np.bincount(chosen, minlength=raw.num_classes)
+        write_labels(tmp, raw.label_names, counts)
         write_json(tmp / "meta.json", meta)
-    return meta
+    return {**meta, **{f"{name}_counts": c for name, c in counts.items()}}

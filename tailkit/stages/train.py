@@ -41,10 +41,10 @@ from tailkit.paths import Layout
 from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
 from tailkit.splits import read_meta
+from tailkit.training.cadence import plan_validation, step_work
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, curve_to_tsv, train, validation_scores
 from tailkit.training.output_layer import OutputLayer
-from tailkit.training.validation_schedule import plan_validation
 
 
 def run(
@@ -77,6 +77,7 @@ def run(
         device=device,
         generator=torch.Generator().manual_seed(seed),
     )
+    sampled_labels = None if loss.mode == "full" else 1 + settings["negatives"]
     cfg = LoopConfig(
         experiment=experiment,
         epochs=settings["epochs"],
@@ -84,6 +85,10 @@ def run(
         negatives=settings["negatives"],
         max_steps=settings["max_steps"],
         checkpoint_every=params.train.checkpoint_every,
+        checkpoint_budget=params.train.checkpoint_budget,
+        step_work=step_work(
+            settings["batch_size"], meta["num_classes"], encoder.out_dim, sampled_labels
+        ),
         seed=seed,
     )
     schedule = plan_validation(
@@ -95,7 +100,7 @@ def run(
         batch_size=cfg.batch_size,
         num_classes=meta["num_classes"],
         dim=encoder.out_dim,
-        sampled_labels=None if loss.mode == "full" else 1 + cfg.negatives,
+        sampled_labels=sampled_labels,
         correction_per_label=(
             sampler.correction_work_per_label()
             if sampler is not None and loss.adjusts_scores
@@ -156,6 +161,7 @@ def run(
                 "steps": result.steps,
                 # which validation rows and steps the learning curve used
                 "validation": schedule.as_dict(),
+                "checkpoint_every": result.checkpoint_every,
                 "plugins": provenance(params, registry, settings),
             },
         )

@@ -36,6 +36,7 @@ from tailkit.errors import TrainingDivergedError
 from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.evaluation.predict import predict
 from tailkit.labels import LabelSets
+from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.optim import RowSparseOptimizer
 from tailkit.training.output_layer import OutputLayer, Rows
@@ -51,7 +52,11 @@ class LoopConfig:
     negatives: int = 0
     max_steps: int | None = None
     eval_every: int = 100
-    checkpoint_every: int = 500
+    #: steps between checkpoints, or "auto": from the checkpoint's bytes and ``step_work``
+    #: (the step's multiply-adds), so writing costs at most ``checkpoint_budget`` (cadence.py)
+    checkpoint_every: int | str = 500
+    checkpoint_budget: float = 0.05
+    step_work: float = 1.0
     seed: int = 0
 
     def total_steps(self, rows: int) -> int:
@@ -65,6 +70,7 @@ class TrainResult:
     steps: int
     seconds: float
     curve: list[dict[str, float]] = field(default_factory=list)
+    checkpoint_every: int = 0
 
 
 def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -184,6 +190,12 @@ def train(
         ),
         owner=f"experiments.{cfg.experiment}.optimizer",
     )
+    checkpoint_every = checkpoint_interval(
+        cfg.checkpoint_every,
+        _tensor_bytes([layer.state_dict(), encoder.state_dict(), loss.state_dict(), optimizer]),
+        cfg.step_work,
+        cfg.checkpoint_budget,
+    )
     transform = getattr(encoder, "train_transform", None)
     augment_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
 
@@ -292,12 +304,25 @@ def train(
             if progress is not None:
                 progress(step, total)
             tick = time.perf_counter()
-        if step % cfg.checkpoint_every == 0 and step < total:
+        if step % checkpoint_every == 0 and step < total:
             seconds += time.perf_counter() - tick
             save_checkpoint()
             tick = time.perf_counter()
 
-    return TrainResult(steps=step, seconds=seconds, curve=curve)
+    return TrainResult(steps=step, seconds=seconds, curve=curve, checkpoint_every=checkpoint_every)
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors inside nested dicts, lists and optimisers (a checkpoint's size)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, RowSparseOptimizer):
+        return _tensor_bytes(obj.state_dict())
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
 
 
 def log_prior_from_counts(counts: np.ndarray | torch.Tensor) -> torch.Tensor:

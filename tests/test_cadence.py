@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tailkit.training.validation_schedule import (
+from tailkit.training.cadence import (
     MAX_POINTS,
     MIN_ROWS,
     SAMPLED_FACTOR,
@@ -105,3 +105,54 @@ def test_the_train_stage_follows_and_records_its_schedule(tmp_path):
     assert records[0]["rule"].startswith("auto") and records[0]["rows"] <= 300
     expected = [*range(every, steps + 1, every)]
     assert curves[0] == (expected if expected[-1] == steps else [*expected, steps])
+
+
+def test_checkpoint_interval_keeps_writing_within_its_budget():
+    from tailkit.training.cadence import BYTE_WORK, checkpoint_interval, step_work
+
+    assert checkpoint_interval(40, 10**9, 1.0, 0.05) == 40  # a number is taken as it is
+    for num_classes in (10**3, 10**4, 10**5, 10**6):
+        state = 2 * num_classes * 33 * 4  # weights + bias, and Adagrad's accumulators
+        work = step_work(512, num_classes, 32, 17)
+        every = checkpoint_interval("auto", state, work, 0.05)
+        assert state * BYTE_WORK <= 0.05 * every * work < state * BYTE_WORK + 0.05 * work
+    # the million-label study's 264 MB state: thousands of sampled steps apart
+    assert checkpoint_interval("auto", 264 * 10**6, step_work(512, 10**6, 32, 17), 0.05) > 5000
+
+
+def test_auto_checkpoints_are_counted_from_the_state_the_loop_saves(tmp_path):
+    """The loop sizes the interval from the very tensors a checkpoint holds (output layer,
+    Adagrad's accumulators, encoder, loss), and writes at that interval."""
+    import torch
+
+    from tailkit.plugins.losses.softmax import SoftmaxCE
+    from tailkit.plugins.models.linear import Linear
+    from tailkit.training.cadence import BYTE_WORK
+    from tailkit.training.checkpoint import Checkpointer
+    from tailkit.training.loop import LoopConfig, train
+    from tailkit.training.optim import RowSparseAdagrad
+    from tailkit.training.output_layer import OutputLayer
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(400, 6, generator=g), torch.randint(0, 50, (400,), generator=g)
+    state = 2 * 50 * 7 * 4  # (50 × 6 weights + 50 biases) and as many accumulators, float32
+    work = state * BYTE_WORK / (0.05 * 9)  # chosen so the interval comes out at 9 steps
+    ckpt = Checkpointer(tmp_path / "ckpt", "fp", "train@t")
+    result = train(
+        cfg=LoopConfig(
+            "t", epochs=1, batch_size=32, checkpoint_every="auto", step_work=work, eval_every=50
+        ),
+        encoder=Linear(6),
+        layer=OutputLayer(50, 6, generator=g),
+        loss=SoftmaxCE(),
+        sampler=None,
+        optimizer=RowSparseAdagrad(lr=0.1),
+        x_train=x,
+        y_train=y,
+        x_val=x[:50],
+        y_val=y[:50],
+        class_counts=torch.bincount(y, minlength=50).double(),
+        checkpoint=ckpt,
+    )
+    assert result.checkpoint_every == 9 and result.steps == 13
+    assert ckpt.load()["step"] == 9
