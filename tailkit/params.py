@@ -63,7 +63,7 @@ class TrainParams:
     epochs: float = 1.0  # *
     batch_size: int = 512  # *
     # the learning curve's schedule: "auto" spends at most val_budget of the training
-    # multiply-adds on validation (tailkit.training.cadence.py), an integer
+    # multiply-adds on validation (tailkit/training/cadence.py), an integer
     # validates val_rows rows every eval_every steps
     eval_every: int | Literal["auto"] = "auto"
     val_rows: int = 5000
