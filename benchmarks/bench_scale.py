@@ -1,0 +1,112 @@
+"""Growth of every stage with the label count, measured: wall time and peak memory per stage.
+
+    python benchmarks/bench_scale.py [--labels 10000 100000 1000000] [--json out.json]
+
+Runs the stages of ``examples/studies/million-labels.yaml`` (synthetic hierarchy, d = 32,
+~2.5 rows per label; sampled softmax over uniform and in-batch negatives, negative sampling
+with the adversarial tree and its correction) at each C, rows in proportion, each stage the
+command ``dvc repro`` runs (``python -m tailkit <stage>``) as its own process in a scratch
+project. For each stage it prints the seconds and the peak resident memory (the process's
+``ru_maxrss``) at every C, and the growth exponent α of time ∝ C^α fitted by least squares on
+log–log axes. Exact evaluation scores every label of every test row, so its O(N·C) = O(C²)
+here is inherent; so is a full softmax's, which the study leaves out.
+
+Times are from one run on whatever machine runs it (±40 % on shared ones); the exponents, from
+one machine and run, are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).parents[1]
+STUDY = ROOT / "examples" / "studies" / "million-labels.yaml"
+ROWS_PER_LABEL = 2.5
+
+
+def _stages(params: dict) -> list[tuple[str, list[str]]]:
+    stages = [
+        ("download", ["download"]),
+        ("subsample", ["subsample"]),
+        ("featurize", ["featurize", "--features", "identity"]),
+        ("fit-sampler", ["fit-sampler"]),
+    ]
+    for name in params["experiments"]:
+        stages.append((f"train@{name}", ["train", "--experiment", name]))
+    for name in params["experiments"]:
+        stages.append((f"evaluate@{name}", ["evaluate", "--experiment", name]))
+    return stages
+
+
+def _run(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Seconds and peak RSS (MB) of one stage process."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    cmd = [sys.executable, "-m", "tailkit", *args, "--params", "params.yaml"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(args)} failed at {cwd}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def measure(num_classes: int, workdir: Path) -> dict[str, dict[str, float]]:
+    params = yaml.safe_load(STUDY.read_text())
+    params["dataset"]["num_classes"] = num_classes
+    params["dataset"]["num_examples"] = int(ROWS_PER_LABEL * num_classes)
+    project = workdir / f"C{num_classes}"
+    project.mkdir(parents=True)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = {}
+    for stage, args in _stages(params):
+        seconds, rss = _run(args, project)
+        out[stage] = {"seconds": round(seconds, 2), "peak_mb": round(rss)}
+        print(f"C={num_classes:,} {stage}: {seconds:.1f} s, {rss:,.0f} MB", flush=True)
+    return out
+
+
+def exponent(labels: list[int], seconds: list[float]) -> float:
+    """α of time ∝ C^α, least squares on log–log axes."""
+    return float(np.polyfit(np.log(labels), np.log(seconds), 1)[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--labels", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--keep", type=Path, help="run in this folder and keep it")
+    args = parser.parse_args()
+    labels = sorted(args.labels)
+    with tempfile.TemporaryDirectory(prefix="tailkit-scale-") as tmp:
+        workdir = args.keep or Path(tmp)
+        runs = {c: measure(c, workdir) for c in labels}
+    stages = list(runs[labels[0]])
+    head = " | ".join(f"C = {c:,}: s / MB" for c in labels)
+    print(f"\n| stage | {head} | α |")
+    print("|---|" + "---:|" * (len(labels) + 1))
+    table = {}
+    for stage in stages:
+        seconds = [runs[c][stage]["seconds"] for c in labels]
+        alpha = exponent(labels, [max(s, 1e-3) for s in seconds]) if len(labels) > 1 else None
+        cells = " | ".join(
+            f"{runs[c][stage]['seconds']:.1f} / {runs[c][stage]['peak_mb']:,}" for c in labels
+        )
+        print(f"| {stage} | {cells} | {'–' if alpha is None else f'{alpha:.2f}'} |")
+        table[stage] = {"alpha": alpha, **{str(c): runs[c][stage] for c in labels}}
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
