@@ -71,5 +71,6 @@ def read_meta(directory: Path) -> dict[str, Any]:
     meta = json.loads(require(directory / "meta.json", _producer(directory)).read_text())
     table = read_labels(directory, [f"{split}_count" for split in SPLITS])
     for split in SPLITS:
-        meta[f"{split}_counts"] = table[f"{split}_count"].to_numpy()
+        # a writable copy: Arrow's zero-copy view is read-only, and torch warns on those
+        meta[f"{split}_counts"] = table[f"{split}_count"].to_numpy().copy()
     return meta
