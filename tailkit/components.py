@@ -99,6 +99,18 @@ def featurizer_output(featurizer: Any) -> Any:
     return getattr(featurizer, "output", "dense")
 
 
+def label_chunks(num_classes: int, label_chunk: int) -> list[int]:
+    """Bounds of prediction's label chunks, ``label_chunk`` apart: 0 first and C last."""
+    return [*range(0, num_classes, label_chunk), num_classes]
+
+
+def inverse_order(order: torch.Tensor) -> torch.Tensor:
+    """position[label] = j where ``order[j] == label``: where each label sits in a column order."""
+    position = torch.empty_like(order)
+    position[order] = torch.arange(order.numel(), device=order.device)
+    return position
+
+
 class Sampler:
     """A proposal distribution q over labels for negative sampling.
 
@@ -173,7 +185,7 @@ class Sampler:
         """Column bounds, 0 first and C last, of the label chunks prediction should ask
         :meth:`correction_columns` for: ``label_chunk`` apart unless the sampler prefers
         others (the tree's fall between subtrees)."""
-        return [*range(0, num_classes, label_chunk), num_classes]
+        return label_chunks(num_classes, label_chunk)
 
     def to(self, device: torch.device) -> Sampler:
         """Move fitted tables to ``device`` (training runs there); returns self."""
@@ -271,9 +283,9 @@ class PredictionContext:
 
     def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
         """Prediction's label chunks: the sampler's preferred bounds when it corrects per row."""
-        if self.per_row_correction and self.label_order() is not None:
+        if self.per_row_correction:
             return self.sampler.chunk_bounds(num_classes, label_chunk)
-        return [*range(0, num_classes, label_chunk), num_classes]
+        return label_chunks(num_classes, label_chunk)
 
     def block_rows(self, batch_size: int, num_classes: int, budget: int) -> int:
         """Rows per prediction block so the correction held per block stays within ``budget``
@@ -338,9 +350,7 @@ class PredictionContext:
         if self._order is None:
             return label_ids
         if self._position is None or self._position.device != label_ids.device:
-            order = self._order.to(label_ids.device)
-            self._position = torch.empty_like(order)
-            self._position[order] = torch.arange(order.numel(), device=order.device)
+            self._position = inverse_order(self._order.to(label_ids.device))
         return self._position.index_select(0, label_ids)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tailkit.components import Encoder, Loss, PredictionContext
+from tailkit.components import Encoder, Loss, PredictionContext, inverse_order, label_chunks
 from tailkit.evaluation.chunk_kernels import merge_chunk
 from tailkit.evaluation.topk import merge_topk
 from tailkit.training.output_layer import OutputLayer
@@ -125,7 +125,7 @@ def predict(
     raw = _Accumulator(n, k, device) if loss.adjusts_scores and unadjusted else None
     per_row = loss.adjusts_scores and ctx.per_row_correction
     order = position = None
-    bounds = [*range(0, num_classes, label_chunk), num_classes]
+    bounds = label_chunks(num_classes, label_chunk)
     if per_row:
         batch_size = ctx.block_rows(batch_size, num_classes, table_budget)
         order = ctx.label_order()
@@ -135,8 +135,7 @@ def predict(
         # gather of C scattered floats per row; ids and true labels are mapped at the ends
         order = order.to(device)
         layer = layer.reordered(order)
-        position = torch.empty_like(order)
-        position[order] = torch.arange(num_classes, device=device)
+        position = inverse_order(order)
     encoder.eval()
     for lo in range(0, n, batch_size):
         xb = x[lo : lo + batch_size].to(device, non_blocking=True)

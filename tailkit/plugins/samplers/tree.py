@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from tailkit.components import CorrectionColumns, Sampler, TableColumns
+from tailkit.components import CorrectionColumns, Sampler, TableColumns, inverse_order
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
@@ -110,6 +110,7 @@ class TreeSampler(Sampler):
         self._leaf_used: torch.Tensor | None = None
         self._first_out: torch.Tensor | None = None
         self._order: torch.Tensor | None = None
+        self._position: torch.Tensor | None = None  # inverse of _order
         self.leaf_columns = 0
 
     # --- fitting ---------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class TreeSampler(Sampler):
             "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
         }
         self._sparse_map = None
-        self._weight_t = self._order = None
+        self._weight_t = self._order = self._position = None
         self._warm_up()
         self._report = {
             "depth": tree.depth,
@@ -263,7 +264,7 @@ class TreeSampler(Sampler):
         if labels.dim() == 1 and n * self.depth > (2 << self.depth) // 4:
             # Many labels for every row (evaluation): one pass over all nodes costs 2^(D+1)
             # per row instead of n·D path walks.
-            return self.log_prob_all(x).index_select(1, labels.to(x.device))
+            return self._log_prob_of(x, labels)
         leaf = self._table("leaf_of_label")[labels.to(self._table("leaf_of_label").device)]
         xt = self.whiten(x)
         leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
@@ -311,9 +312,14 @@ class TreeSampler(Sampler):
         The caller bounds B (the table is B × C floats); prediction sizes its row blocks so
         (``tailkit.evaluation.predict``), and computes it once per row for all label chunks.
         """
-        position = torch.empty_like(self.label_order())
-        position[self.label_order()] = torch.arange(self.num_classes, device=position.device)
-        return self.log_prob_all_ordered(x).index_select(1, position)
+        return self._log_prob_of(x, torch.arange(self.num_classes, device=x.device))
+
+    def _log_prob_of(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(B, n) for labels (n,): the leaf-ordered table, gathered once at their columns."""
+        if self._position is None:
+            self._position = inverse_order(self.label_order())
+        columns = self._position.index_select(0, labels.to(self._position.device))
+        return self.log_prob_all_ordered(x).index_select(1, columns.to(x.device))
 
     def log_prob_all_ordered(self, x: torch.Tensor) -> torch.Tensor:
         """log p_n of every label for every row, (B, C), column j = label ``label_order()[j]``,
@@ -399,7 +405,7 @@ class TreeSampler(Sampler):
     def to(self, device: torch.device) -> TreeSampler:
         self._tables = {k: v.to(device) for k, v in self._tables.items()}
         self._sparse_map = None
-        self._weight_t = self._order = None
+        self._weight_t = self._order = self._position = None
         return self
 
     def state_dict(self) -> dict[str, Any]:
@@ -438,7 +444,7 @@ class TreeSampler(Sampler):
             for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
         }
         self._sparse_map = None
-        self._weight_t = self._order = None
+        self._weight_t = self._order = self._position = None
         self._warm_up()
 
     def _warm_up(self) -> None:
