@@ -146,6 +146,11 @@ def _log_sigmoid(z):
     log σ(z) = min(z, 0) − log1p(e), e = e^(−|z|). e is (e^(−|z|/32))^32 with a degree-14
     Taylor polynomial on [0, 1.25] (relative error 2e-11 before the five squarings, 7e-10
     after); log1p(e) = 2·atanh(s), s = e/(2+e) ≤ 1/3, summed to s^19 (error < 1e-11).
+
+    evaluation/chunk_kernels.py has the same scaled-Taylor exp (degree 10 there, for a float32
+    result). Each module keeps its own on purpose: numba's on-disk cache is keyed on the
+    calling module's source, so a compiled kernel would not notice an edit to a helper it
+    inlined from another module.
     """
     a = min(abs(z), _CLAMP)
     u = -a * 0.03125
