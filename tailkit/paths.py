@@ -83,8 +83,12 @@ class Layout:
         """Per-experiment evaluation plots: the margin CDF of each many/medium/few group."""
         return self.root / "plots" / "eval" / experiment
 
+    def per_class(self, experiment: str) -> Path:
+        """One row per label: counts, group and what the evaluation measured (Parquet)."""
+        return self.root / "data" / "evaluation" / experiment / "per_class.parquet"
+
     def class_plot(self, experiment: str) -> Path:
-        """Per-class test accuracy against the class's training count."""
+        """The per-class results aggregated per training-frequency bin (for ``dvc plots``)."""
         return self.root / "plots" / "classes" / f"{experiment}.tsv"
 
     @property

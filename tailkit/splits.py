@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tailkit.errors import DataValidationError
+from tailkit.label_table import read_label_table, write_label_table
 from tailkit.labels import LabelSets
 from tailkit.paths import require
 
@@ -48,21 +51,25 @@ LABELS = "labels.parquet"
 
 def write_labels(directory: Path, names: list[str], counts: dict[str, np.ndarray]) -> None:
     """The per-label table: ids, names and ``counts[split]`` as ``<split>_count``."""
-    columns = {
-        "label": pa.array(np.arange(len(names)), pa.int64()),
-        "name": pa.array([str(n) for n in names], pa.string()),
-        **{f"{split}_count": pa.array(counts[split], pa.int64()) for split in SPLITS},
-    }
-    pq.write_table(pa.table(columns), directory / LABELS, compression="zstd")
+    frame = pl.DataFrame(
+        {
+            "label": np.arange(len(names), dtype=np.int64),
+            "name": pl.Series([str(n) for n in names], dtype=pl.String),
+            **{f"{split}_count": np.asarray(counts[split], np.int64) for split in SPLITS},
+        }
+    )
+    write_label_table(directory / LABELS, frame)
 
 
 def _producer(directory: Path) -> str:
     return f"featurize@{directory.name}" if directory.parent.name == "features" else "subsample"
 
 
-def read_labels(directory: Path, columns: list[str] | None = None) -> pa.Table:
-    """The per-label table of a split or feature-set folder (all columns, or ``columns``)."""
-    return pq.read_table(require(directory / LABELS, _producer(directory)), columns=columns)
+def read_labels(directory: Path, columns: list[str] | None = None) -> pl.DataFrame:
+    """The per-label table of a split or feature-set folder (all columns, or ``columns`` and
+    ``label``)."""
+    path = directory / LABELS
+    return read_label_table(path, str(path), _producer(directory), columns)
 
 
 def read_meta(directory: Path) -> dict[str, Any]:
@@ -70,7 +77,12 @@ def read_meta(directory: Path) -> dict[str, Any]:
     (label names: :func:`read_labels`)."""
     meta = json.loads(require(directory / "meta.json", _producer(directory)).read_text())
     table = read_labels(directory, [f"{split}_count" for split in SPLITS])
+    if len(table) != meta["num_classes"]:
+        raise DataValidationError(
+            f"{directory / LABELS}: holds {len(table)} labels, but meta.json says "
+            f"{meta['num_classes']}; rebuild it with `dvc repro {_producer(directory)}`"
+        )
     for split in SPLITS:
-        # a writable copy: Arrow's zero-copy view is read-only, and torch warns on those
+        # a writable copy: a zero-copy view of Arrow memory is read-only, and torch warns on it
         meta[f"{split}_counts"] = table[f"{split}_count"].to_numpy().copy()
     return meta

@@ -40,7 +40,7 @@ def test_json_sizes_do_not_grow_with_the_label_count(tmp_path):
     for directory in (large.split, large.feature_set("rff")):
         meta = read_meta(directory)
         table = read_labels(directory)
-        assert table.num_rows == 3000 and table["label"].to_pylist() == list(range(3000))
+        assert table.height == 3000 and table["label"].to_list() == list(range(3000))
         assert meta["train_counts"].shape == (3000,) and meta["train_counts"].sum() > 0
         for split in SPLITS:
             _, labels = read_split(large.split, split)

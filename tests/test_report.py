@@ -179,15 +179,6 @@ def test_exp_show_runs_join_the_baseline_study_or_form_their_own():
     assert "dim=32" in describe_data(studies[0][0].params)
 
 
-def test_binned_accuracy_is_the_mean_within_each_bin():
-    counts = np.array([1, 2, 3, 10, 11, 500])
-    accuracy = np.array([0.0, 1.0, 0.5, 0.2, 0.4, 1.0])
-    bins = np.array([1.0, 4.0, 100.0, 1000.0])
-    centres, means = figures.binned_accuracy(counts, accuracy, bins)
-    np.testing.assert_allclose(means, [0.5, 0.3, 1.0])
-    np.testing.assert_allclose(centres, np.sqrt(bins[:-1] * bins[1:]))
-
-
 def test_figures_are_pngs_and_the_same_data_gives_the_same_bytes(tmp_path: Path):
     curve = {c: np.linspace(0, 1, 5) for c in figures.CURVE_COLUMNS}
     curves = {"a": curve, "b": {c: v * 0.9 for c, v in curve.items()}}
@@ -195,7 +186,8 @@ def test_figures_are_pngs_and_the_same_data_gives_the_same_bytes(tmp_path: Path)
         "a": {"many": 0.9, "medium": 0.5, "few": None},
         "b": {"many": 0.8, "medium": 0.6, "few": 0.1},
     }
-    classes = {"a": (np.array([1.0, 5, 50, 500]), np.array([0.0, 0.5, 0.8, 1.0]))}
+    bins = {c: np.array([1.0, 2, 3, 4]) for c in figures.CLASS_BIN_COLUMNS}
+    classes = {"a": {**bins, "train_count": np.array([0.0, 5, 50, 500])}}
     for name, draw, data in (
         ("curves", figures.learning_curves_figure, curves),
         ("groups", figures.group_accuracy_figure, groups),
@@ -211,5 +203,5 @@ def test_plot_files_with_the_wrong_header_are_refused(tmp_path: Path):
     path.write_text("step\tloss\n1\t2\n")
     with pytest.raises(ValueError, match="not a learning curve"):
         figures.read_curve(path)
-    with pytest.raises(ValueError, match="not a per-class accuracy file"):
-        figures.read_class_accuracy(path)
+    with pytest.raises(ValueError, match="not a per-class plot file"):
+        figures.read_class_bins(path)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tailkit.evaluation.metrics import FEW_BELOW, MANY_ABOVE
+from tailkit.evaluation.per_class import PLOT_COLUMNS as CLASS_BIN_COLUMNS
 
 GROUPS = ("many", "medium", "few")
 GROUP_TITLES = {
@@ -121,47 +122,34 @@ def group_accuracy_figure(
     return _save(fig, out)
 
 
-def read_class_accuracy(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(training counts, accuracies) from a ``plots/classes/<experiment>.tsv``."""
+def read_class_bins(path: Path) -> dict[str, np.ndarray]:
+    """The columns of a ``plots/classes/<experiment>.tsv`` (per-class results per frequency
+    bin, :mod:`tailkit.evaluation.per_class`)."""
     lines = path.read_text().splitlines()
-    if not lines or lines[0] != "class\ttrain_count\ttest_count\taccuracy":
-        raise ValueError(f"{path}: not a per-class accuracy file")
+    if not lines or lines[0].split("\t") != list(CLASS_BIN_COLUMNS):
+        raise ValueError(f"{path}: not a per-class plot file (header {lines[:1]})")
     table = np.array([line.split("\t") for line in lines[1:]], dtype=np.float64, ndmin=2)
-    table = table.reshape(-1, 4)
-    return table[:, 1], table[:, 3]
-
-
-def binned_accuracy(
-    counts: np.ndarray, accuracy: np.ndarray, bins: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Mean per-class accuracy within each count bin [bins[i], bins[i+1]); empty bins are
-    dropped. Returns (geometric bin centres, means)."""
-    which = np.digitize(counts, bins) - 1
-    valid = (which >= 0) & (which < len(bins) - 1)
-    total = np.bincount(which[valid], weights=accuracy[valid], minlength=len(bins) - 1)
-    n = np.bincount(which[valid], minlength=len(bins) - 1)
-    centres = np.sqrt(bins[:-1] * bins[1:])
-    keep = n > 0
-    return centres[keep], total[keep] / n[keep]
+    table = table.reshape(-1, len(CLASS_BIN_COLUMNS))
+    return {name: table[:, i] for i, name in enumerate(CLASS_BIN_COLUMNS)}
 
 
 def class_accuracy_figure(
-    classes: Mapping[str, tuple[np.ndarray, np.ndarray]], out: Path, multilabel: bool = False
+    classes: Mapping[str, Mapping[str, np.ndarray]], out: Path, multilabel: bool = False
 ) -> Path:
-    """Per-class test accuracy (recall@5 of a label for multi-label rows) against the class's
-    training count (log x): each class a faint dot, each experiment a line through the mean
-    over log-spaced count bins, with the many/medium/few boundaries marked."""
+    """Mean per-class test accuracy (recall@5 of a label for multi-label rows) within each
+    quarter-octave bin of the training count (log x), one line per experiment, each point's
+    area growing with the labels it averages, and the many/medium/few boundaries marked."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8))
-    low = min((c[c > 0].min() for c, _ in classes.values() if (c > 0).any()), default=1.0)
-    high = max((c.max() for c, _ in classes.values() if c.size), default=10.0)
-    bins = np.geomspace(max(low, 1.0), max(high, 2.0) * 1.0001, 16)
-    for (name, (counts, accuracy)), color in zip(
-        classes.items(), _colors(len(classes)), strict=True
-    ):
-        ax.scatter(counts, 100 * accuracy, s=2, alpha=0.08, color=color, linewidths=0)
-        centres, means = binned_accuracy(counts, accuracy, bins)
-        ax.plot(centres, 100 * means, marker="o", markersize=3, label=name, color=color)
+    largest = max(
+        (float(b["labels"].max()) for b in classes.values() if b["labels"].size), default=1
+    )
+    for (name, bins), color in zip(classes.items(), _colors(len(classes)), strict=True):
+        seen = bins["train_count"] > 0  # labels never seen in training have no place on log x
+        x, y = bins["train_count"][seen], 100 * bins["accuracy"][seen]
+        ax.plot(x, y, label=name, color=color, linewidth=1.2)
+        sizes = 4 + 60 * np.sqrt(bins["labels"][seen] / largest)
+        ax.scatter(x, y, s=sizes, color=color, alpha=0.7, linewidths=0)
     for boundary in (FEW_BELOW, MANY_ABOVE):
         ax.axvline(boundary, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xscale("log")

@@ -10,7 +10,9 @@ own calibrated-probability map (``Loss.confidence``: softmax, σ(s), σ(2s)); th
 ``plots/eval/<experiment>/margins-<group>.tsv``; and the maximum intra-class distance of the
 embeddings Φ(x) per class, normalised by the largest embedding norm (ELM figure 4), summarised
 per group over at most ``evaluate.diameter_rows`` test rows of each class; the test accuracy of
-every class against its training count in ``plots/classes/<experiment>.tsv``. Under ``ranking``,
+every label in ``data/evaluation/<experiment>/per_class.parquet``
+(:mod:`tailkit.evaluation.per_class`; aggregated per frequency bin for ``dvc plots`` in
+``plots/classes/<experiment>.tsv``). Under ``ranking``,
 the Extreme Classification Repository's metrics of the top-5 ranking (P@k, nDCG@k, PSP@k,
 PSnDCG@k, R@k, coverage@k for k = 1, 3, 5; for single-label rows P@1 = R@1 = accuracy).
 
@@ -20,7 +22,7 @@ the macro-averaged per-label recall of the top-k ranking (k = ``evaluate.top_k``
 multi-label counterpart of balanced accuracy: with one label per row, recall@1 of a class is
 its accuracy) over all labels and per many/medium/few group (groups by the rows carrying the
 label in training), and the ECE of the top-1 prediction being one of the row's labels. The
-per-class file's ``accuracy`` column is then that label's recall@k. Propensities use the number
+per-class plot's ``accuracy`` column is then the labels' recall@k. Propensities use the number
 of training rows as N.
 
 A model that trains itself (napkinXC, omikuji) scores only its top k labels: its metrics are
@@ -39,8 +41,8 @@ import numpy as np
 import torch
 
 from tailkit.artifacts import load_learner, load_model, load_sampler
-from tailkit.atomic import atomic_dir, atomic_path, write_json
-from tailkit.cache import read_features
+from tailkit.atomic import atomic_dir, write_json
+from tailkit.cache import FeatureTable, read_features
 from tailkit.components import Loss, PredictionContext
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
 from tailkit.evaluation.metrics import (
@@ -50,10 +52,17 @@ from tailkit.evaluation.metrics import (
     inverse_propensity,
     label_recall,
     margin_summary,
-    per_class_recall,
     propensity_constants,
     ranking_metrics,
     shot_groups,
+)
+from tailkit.evaluation.per_class import (
+    data_key,
+    per_class_frame,
+    per_label_results,
+    propensities,
+    write_class_plot,
+    write_per_class,
 )
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.experiment import build_model, build_objective, feature_dir, trains_itself
@@ -62,7 +71,7 @@ from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
-from tailkit.splits import read_meta
+from tailkit.splits import read_labels, read_meta
 from tailkit.training.loop import log_prior_from_counts
 from tailkit.training.output_layer import OutputLayer
 
@@ -108,9 +117,8 @@ def _multilabel_metrics(
     counts: np.ndarray,
     ranking: dict[str, float],
     confidence: np.ndarray | None,
-) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-    """The ``test`` block of multi-label rows (module docstring), and the per-label recall@k
-    and test rows it was built from."""
+) -> dict[str, Any]:
+    """The ``test`` block of multi-label rows (module docstring)."""
     recall, support = label_recall(ranked, labels.csr_pair(), labels.num_classes)
     present = support > 0
     k = ranked.shape[1]
@@ -125,7 +133,7 @@ def _multilabel_metrics(
     correct = labels.contains(torch.arange(len(labels)), top1).squeeze(1).numpy()
     correct &= ranked[:, 0] >= 0
     out["ece"] = None if confidence is None else expected_calibration_error(confidence, correct)
-    return out, recall, support
+    return out
 
 
 def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
@@ -133,15 +141,6 @@ def _write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
         for group, values in cdfs.items():
             rows = "".join(f"{v:.6g}\t{q:.2f}\n" for v, q in zip(values, CDF_POINTS, strict=True))
             (tmp / f"margins-{group}.tsv").write_text("margin\tcdf\n" + rows)
-
-
-def _write_class_accuracy(path: Path, recall: np.ndarray, support: np.ndarray, counts: np.ndarray):
-    """Test accuracy of every class that has test rows, beside its training count: the data of
-    the accuracy-against-frequency plot, which shows where in the tail a method gains or loses."""
-    present = np.flatnonzero(support > 0)
-    rows = "".join(f"{c}\t{counts[c]}\t{support[c]}\t{recall[c]:.4f}\n" for c in present.tolist())
-    with atomic_path(path) as tmp:
-        tmp.write_text("class\ttrain_count\ttest_count\taccuracy\n" + rows)
 
 
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
@@ -219,8 +218,9 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     return _write_metrics(
         layout,
         experiment,
+        features,
         meta,
-        test.labels,
+        test,
         scored(adjusted),
         None if raw is None else scored(raw),
         {"steps": info["steps"]},
@@ -245,8 +245,9 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
     return _write_metrics(
         layout,
         experiment,
+        features,
         meta,
-        test.labels,
+        test,
         _Scored(ranked, None, confidence),
         None,
         {"steps": None, "deterministic": info["deterministic"]},
@@ -259,8 +260,9 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
 def _write_metrics(
     layout: Layout,
     experiment: str,
+    features: Path,
     meta: dict[str, Any],
-    labels: torch.Tensor | LabelSets,
+    test: FeatureTable,
     adjusted: _Scored,
     raw: _Scored | None,
     train: dict[str, Any],
@@ -268,16 +270,17 @@ def _write_metrics(
     margins: dict[str, Any] | None,
     intra: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """``metrics/<experiment>.json`` and the per-class accuracy file, for either kind of
-    model and either kind of label."""
+    """``metrics/<experiment>.json`` and the per-class table, for either kind of model and
+    either kind of label."""
     counts = np.asarray(meta["train_counts"])
+    labels = test.labels
     if isinstance(labels, LabelSets):
         ranking = _ranking(adjusted.ranked, labels, counts, meta)
-        test, recall, support = _multilabel_metrics(
+        test_metrics = _multilabel_metrics(
             adjusted.ranked, labels, counts, ranking, adjusted.confidence
         )
         metrics: dict[str, Any] = {
-            "test": test,
+            "test": test_metrics,
             "ranking": ranking,
             "train": train,
             "plugins": plugins,
@@ -286,7 +289,7 @@ def _write_metrics(
             raw_ranking = _ranking(raw.ranked, labels, counts, meta)
             metrics["uncorrected"] = _multilabel_metrics(
                 raw.ranked, labels, counts, raw_ranking, raw.confidence
-            )[0]
+            )
     else:
         y = labels.numpy()
         metrics = {
@@ -303,7 +306,35 @@ def _write_metrics(
             metrics["uncorrected"] = _metrics(
                 raw.ranked, y, counts, raw.log_likelihood, raw.confidence
             )
-        recall, support = per_class_recall(y, adjusted.ranked[:, 0], len(counts))
-    _write_class_accuracy(layout.class_plot(experiment), recall, support, counts)
+    _write_per_class(layout, experiment, features, meta, test, adjusted.ranked)
     write_json(layout.metrics(experiment), metrics)
     return metrics
+
+
+def _write_per_class(
+    layout: Layout,
+    experiment: str,
+    features: Path,
+    meta: dict[str, Any],
+    test: FeatureTable,
+    ranked: np.ndarray,
+) -> None:
+    """``per_class.parquet`` and its binned plot file (module docstring)."""
+    counts = np.asarray(meta["train_counts"])
+    multilabel = isinstance(test.labels, LabelSets)
+    if multilabel:
+        truth = test.labels.csr_pair()
+        a, b = propensity_constants(meta["dataset"]["name"])
+        propensity = propensities(counts, int(meta["train_rows"]), a, b)
+    else:
+        y = test.labels.numpy()
+        truth, propensity = (np.arange(y.shape[0] + 1), y), None
+    k = ranked.shape[1]
+    frame = per_class_frame(
+        read_labels(features), per_label_results(ranked, truth, len(counts)), k, propensity
+    )
+    key = data_key(counts, test.row_ids.numpy(), truth)
+    write_per_class(layout.per_class(experiment), frame, experiment, k, key, multilabel)
+    write_class_plot(
+        layout.class_plot(experiment), frame, f"recall@{k}" if multilabel else "recall@1"
+    )

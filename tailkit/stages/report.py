@@ -96,7 +96,7 @@ def write_plot_data(runs: list[Run], layout: Layout) -> dict[str, Any]:
     curves = {r.experiment: figures.read_curve(layout.curve(r.experiment)) for r in runs}
     groups = {r.experiment: {g: r.metrics["test"].get(g) for g in figures.GROUPS} for r in runs}
     classes = {
-        r.experiment: figures.read_class_accuracy(
+        r.experiment: figures.read_class_bins(
             require(layout.class_plot(r.experiment), f"evaluate@{r.experiment}")
         )
         for r in runs

@@ -1,0 +1,163 @@
+"""Per-label results of an evaluation as a label table, and the bounded plot data drawn from it.
+
+``per_class.parquet`` has one row per label (``label`` id, ``name``, ``train_count``,
+``val_count``, ``test_count``, many/medium/few ``group``), then what the evaluation measured:
+``support`` (test rows carrying the label), ``recall@1`` and ``recall@k`` (the share of those
+rows whose top 1 / top k include it; null without test rows), ``precision@1`` (the share of
+rows ranking the label first that carry it; null where no row does) and, for multi-label data,
+``propensity`` (the XC repository's p_l, from the training count). Its metadata holds the
+experiment, k and :func:`data_key`, the key of the data the numbers were measured on, so that a
+comparison can refuse two tables of different data.
+
+``plots/classes/<experiment>.tsv`` aggregates the table per frequency bin (quarter-octave bins
+of the training count): a few dozen rows at any C, so that ``dvc plots show`` and ``dvc plots
+diff`` stay readable at 10^6 labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tailkit.atomic import atomic_path
+from tailkit.evaluation.metrics import inverse_propensity, label_recall, shot_groups
+from tailkit.label_table import write_label_table
+
+GROUPS = ("many", "medium", "few")
+GROUP_TYPE = pl.Enum(GROUPS)
+#: Bins per doubling of the training count in the plot file (compare's tables use 1).
+PLOT_BINS_PER_OCTAVE = 4
+PLOT_COLUMNS = ("count_low", "count_high", "train_count", "labels", "test_rows", "accuracy")
+
+
+def data_key(train_counts: np.ndarray, test_rows: np.ndarray, test_truth: tuple) -> str:
+    """12 hex digits naming the data a model was trained and tested on: the per-label training
+    counts, the test rows' ids and their labels (CSR pair). Two evaluations with the same key
+    scored the same test rows against the same labels."""
+    digest = hashlib.sha256()
+    for array in (train_counts, test_rows, *test_truth):
+        digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()[:12]
+
+
+def per_label_results(
+    ranked: np.ndarray, truth: tuple[np.ndarray, np.ndarray], num_labels: int
+) -> dict[str, np.ndarray]:
+    """Per label, from each row's ranking (N, k; −1 pads) and its true labels as a CSR pair
+    (indptr, indices): support, recall@1, recall@k and precision@1 (NaN where undefined)."""
+    recall_1, support = label_recall(ranked[:, :1], truth, num_labels)
+    recall_k, _ = label_recall(ranked, truth, num_labels)
+    indptr, indices = truth
+    rows = np.repeat(np.arange(ranked.shape[0]), np.diff(indptr))
+    top = ranked[:, 0]
+    first_right = np.zeros(ranked.shape[0], dtype=bool)
+    first_right[rows[top[rows] == indices]] = True
+    ranked_first = np.bincount(top[top >= 0], minlength=num_labels)
+    right = np.bincount(top[first_right], minlength=num_labels)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = right / ranked_first
+    return {
+        "support": support,
+        "recall@1": recall_1,
+        "recall@k": recall_k,
+        "precision@1": precision,
+    }
+
+
+def group_of(train_counts: np.ndarray) -> pl.Series:
+    """Each label's many/medium/few group by its training count."""
+    codes = np.zeros(len(train_counts), dtype=np.uint8)
+    for code, mask in enumerate(shot_groups(train_counts).values()):
+        codes[mask] = code
+    return pl.Series("group", np.asarray(GROUPS)[codes], dtype=GROUP_TYPE)
+
+
+def per_class_frame(
+    labels: pl.DataFrame,
+    results: dict[str, np.ndarray],
+    k: int,
+    propensity: np.ndarray | None = None,
+) -> pl.DataFrame:
+    """The per-class table: the label table (ids, names, split counts) beside the results of
+    :func:`per_label_results`, ``recall@k`` named with its k."""
+    counts = labels["train_count"].to_numpy()
+    measured = {
+        "support": results["support"].astype(np.int64),
+        "recall@1": results["recall@1"],
+        f"recall@{k}": results["recall@k"],
+        "precision@1": results["precision@1"],
+    }
+    if propensity is not None:
+        measured["propensity"] = propensity
+    frame = labels.with_columns(group_of(counts)).hstack(pl.DataFrame(measured))
+    floats = [c for c, v in measured.items() if v.dtype.kind == "f"]
+    return frame.with_columns(pl.col(floats).fill_nan(None))
+
+
+def write_per_class(
+    path: Path, frame: pl.DataFrame, experiment: str, k: int, key: str, multilabel: bool
+) -> None:
+    metadata = {
+        "tailkit.experiment": experiment,
+        "tailkit.k": str(k),
+        "tailkit.data_key": key,
+        "tailkit.multilabel": str(multilabel).lower(),
+    }
+    write_label_table(path, frame, metadata)
+
+
+def propensities(train_counts: np.ndarray, num_train: int, a: float, b: float) -> np.ndarray:
+    """p_l = 1/q_l of the XC repository's propensity model."""
+    return 1.0 / inverse_propensity(train_counts, num_train, a, b)
+
+
+def frequency_bin(train_counts: np.ndarray, per_octave: int) -> np.ndarray:
+    """Bin of each training count: 0 holds count 0; bin b ≥ 1 holds [2^((b−1)/s), 2^(b/s)),
+    s = ``per_octave``."""
+    counts = np.asarray(train_counts, dtype=np.float64)
+    out = np.zeros(counts.shape, dtype=np.int64)
+    seen = counts >= 1
+    out[seen] = 1 + np.floor(per_octave * np.log2(counts[seen])).astype(np.int64)
+    return out
+
+
+def bin_edges(bins: np.ndarray, per_octave: int) -> tuple[np.ndarray, np.ndarray]:
+    """[low, high) count range of each bin of :func:`frequency_bin`."""
+    bins = np.asarray(bins, dtype=np.float64)
+    low = np.where(bins == 0, 0.0, 2.0 ** ((bins - 1) / per_octave))
+    high = np.where(bins == 0, 1.0, 2.0 ** (bins / per_octave))
+    return low, high
+
+
+def binned(frame: pl.DataFrame, metric: str, per_octave: int) -> pl.DataFrame:
+    """Per frequency bin with evaluated labels: its count range, the mean training count and
+    the number of evaluated labels and test rows, and the mean of ``metric`` over them."""
+    evaluated = frame.filter(pl.col("support") > 0)
+    which = frequency_bin(evaluated["train_count"].to_numpy(), per_octave)
+    out = (
+        evaluated.with_columns(pl.Series("bin", which))
+        .group_by("bin")
+        .agg(
+            pl.col("train_count").mean(),
+            pl.len().alias("labels"),
+            pl.col("support").sum().alias("test_rows"),
+            pl.col(metric).mean().alias("accuracy"),
+        )
+        .sort("bin")
+    )
+    low, high = bin_edges(out["bin"].to_numpy(), per_octave)
+    return out.with_columns(pl.Series("count_low", low), pl.Series("count_high", high))
+
+
+def write_class_plot(path: Path, frame: pl.DataFrame, metric: str) -> None:
+    """``plots/classes/<experiment>.tsv``: :func:`binned` at :data:`PLOT_BINS_PER_OCTAVE`."""
+    table = binned(frame, metric, PLOT_BINS_PER_OCTAVE)
+    lines = ["\t".join(PLOT_COLUMNS)]
+    for row in table.select(PLOT_COLUMNS).iter_rows():
+        lines.append("\t".join(f"{v:.6g}" for v in row))
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")

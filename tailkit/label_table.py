@@ -1,0 +1,100 @@
+"""One Parquet form for every per-label table: the data stages' names and counts
+(``labels.parquet``) and evaluation's per-class results (``per_class.parquet``).
+
+A label table is a polars frame with one row per label, sorted by the ``label`` column (int64
+ids 0..C−1, each exactly once), written with zstd and optional string key-value metadata
+(e.g. the key of the data an evaluation ran on). One reader checks what every consumer relies
+on — the file is Parquet, has the columns asked for, and its ids cover 0..C−1 once each — and
+turns each failure into one line naming the file and the ``dvc repro`` target that rebuilds it.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import polars as pl
+
+from tailkit.atomic import atomic_path
+from tailkit.errors import DataValidationError
+
+ID = "label"
+
+
+def write_label_table(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | None = None):
+    """Write ``frame`` (its ``label`` column must be 0..C−1 in order) atomically."""
+    ids = frame[ID].to_numpy()
+    if not np.array_equal(ids, np.arange(len(ids))):
+        raise ValueError(f"{path}: a label table's ids must be 0..{len(ids) - 1} in order")
+    with atomic_path(path) as tmp:
+        # no statistics: min/max of every column would only grow the file, nobody filters on
+        # them, and Parquet files stay byte-identical across polars versions more often
+        frame.write_parquet(tmp, compression="zstd", statistics=False, metadata=metadata)
+
+
+def read_label_table(
+    source: Path | bytes,
+    name: str,
+    producer: str,
+    columns: Sequence[str] | None = None,
+    num_labels: int | None = None,
+) -> pl.DataFrame:
+    """The table at ``source`` (a path, or the bytes of a file read from another revision),
+    checked; ``name`` and ``producer`` say in errors which file it is and which stage rebuilds
+    it. ``num_labels`` (default: the row count) is the C the ids must cover."""
+    rebuild = f"rebuild it with `dvc repro {producer}`"
+    if isinstance(source, Path) and not source.exists():
+        raise DataValidationError(f"{name}: missing; run `dvc repro {producer}` first")
+    wanted = None if columns is None else list(dict.fromkeys([ID, *columns]))
+    try:
+        frame = pl.read_parquet(_readable(source), columns=wanted)
+    except pl.exceptions.ColumnNotFoundError as exc:
+        raise DataValidationError(f"{name}: lacks a column of {wanted} ({rebuild})") from exc
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = f"{name}: not a readable Parquet file ({reason}); {rebuild}"
+        raise DataValidationError(message) from exc
+    check_ids(frame, name, num_labels)
+    return frame if _sorted(frame) else frame.sort(ID)
+
+
+def read_table_metadata(source: Path | bytes, name: str, producer: str) -> dict[str, str]:
+    """The key-value metadata written beside a label table."""
+    try:
+        return pl.read_parquet_metadata(_readable(source))
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise DataValidationError(
+            f"{name}: not a readable Parquet file; rebuild it with `dvc repro {producer}`"
+        ) from exc
+
+
+def check_ids(frame: pl.DataFrame, name: str, num_labels: int | None = None) -> None:
+    """One line naming ``name`` unless ``frame``'s ids are 0..C−1, each exactly once."""
+    if ID not in frame.columns or not frame.schema[ID].is_integer():
+        raise DataValidationError(f"{name}: no integer {ID!r} column")
+    total = len(frame) if num_labels is None else num_labels
+    ids = frame[ID].to_numpy()
+    if frame[ID].null_count():
+        raise DataValidationError(f"{name}: a {ID!r} id is missing (null)")
+    bad = np.flatnonzero((ids < 0) | (ids >= total))
+    if bad.size:
+        raise DataValidationError(
+            f"{name}: label id {ids[bad[0]]} (row {bad[0]}) is out of range 0..{total - 1}"
+        )
+    seen = np.bincount(ids, minlength=total)
+    if (seen > 1).any():
+        raise DataValidationError(f"{name}: label id {int(np.argmax(seen > 1))} appears twice")
+    if len(ids) != total:
+        raise DataValidationError(f"{name}: holds {len(ids)} labels, expected {total}")
+
+
+def _sorted(frame: pl.DataFrame) -> bool:
+    ids = frame[ID].to_numpy()
+    return bool((ids[1:] > ids[:-1]).all())
+
+
+def _readable(source: Path | bytes) -> Path | IO[bytes]:
+    return io.BytesIO(source) if isinstance(source, bytes) else source
