@@ -1,29 +1,60 @@
 """tailkit: a reproducible, plugin-based pipeline for long-tail and extreme classification.
 
-Plugin authors import everything they need from here.
+Plugin authors import everything they need from here. The names resolve on first use (PEP 562):
+``import tailkit`` alone does not import torch, so that commands which never touch a model
+(``tailkit compare``, ``tailkit report``, ``--help``) start in a fraction of a second.
 """
 
-from tailkit.components import (
-    Dataset,
-    Encoder,
-    Featurizer,
-    Loss,
-    LossInput,
-    PredictionContext,
-    RawData,
-    Sampler,
-)
-from tailkit.errors import (
-    DataValidationError,
-    InvalidParameterError,
-    PluginError,
-    TailkitError,
-    UnknownComponentError,
-)
-from tailkit.hookspecs import hookimpl
-from tailkit.validation import Interval, Options
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tailkit.components import (
+        Dataset,
+        Encoder,
+        Featurizer,
+        Loss,
+        LossInput,
+        PredictionContext,
+        RawData,
+        Sampler,
+    )
+    from tailkit.errors import (
+        DataValidationError,
+        InvalidParameterError,
+        PluginError,
+        TailkitError,
+        UnknownComponentError,
+    )
+    from tailkit.hookspecs import hookimpl
+    from tailkit.validation import Interval, Options
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    "tailkit.components": (
+        "Dataset",
+        "Encoder",
+        "Featurizer",
+        "Loss",
+        "LossInput",
+        "PredictionContext",
+        "RawData",
+        "Sampler",
+    ),
+    "tailkit.errors": (
+        "DataValidationError",
+        "InvalidParameterError",
+        "PluginError",
+        "TailkitError",
+        "UnknownComponentError",
+    ),
+    "tailkit.hookspecs": ("hookimpl",),
+    "tailkit.validation": ("Interval", "Options"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "DataValidationError",
@@ -44,3 +75,16 @@ __all__ = [
     "__version__",
     "hookimpl",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tailkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -51,7 +51,32 @@ def _say(quiet: bool, message: str) -> None:
         click.echo(message, err=True)
 
 
-@click.group()
+class _WithPluginCommands(click.Group):
+    """The built-in commands, and those plugins add through the ``register_commands`` hook,
+    loaded only when a command name is not built in or the list is asked for: loading every
+    plugin imports torch and scikit-learn (seconds), which ``compare`` or ``report`` never
+    need."""
+
+    _plugins_loaded = False
+
+    def _load_plugins(self) -> None:
+        if not self._plugins_loaded:
+            self._plugins_loaded = True
+            _guard(get_registry).pm.hook.register_commands(cli=self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            self._load_plugins()
+            command = super().get_command(ctx, cmd_name)
+        return command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load_plugins()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=_WithPluginCommands)
 @click.version_option(package_name="tailkit")
 def cli() -> None:
     """Long-tail and extreme classification pipeline (run the stages with `dvc repro`)."""
@@ -200,6 +225,65 @@ def report(params_path: Path, exps: bool, quiet: bool) -> None:
 
 
 @cli.command()
+@click.argument("a")
+@click.argument("b")
+@params_option
+@click.option(
+    "--metric",
+    default=None,
+    help="Per-class column to compare [default: recall@1; recall@k for multi-label tables].",
+)
+@click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Labels listed.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json", "parquet"]),
+    default="md",
+    show_default=True,
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write here instead of stdout (required for parquet).",
+)
+@click.option("--no-figure", is_flag=True, help="Skip the PNG under reports/compare/.")
+def compare(
+    a: str,
+    b: str,
+    params_path: Path,
+    metric: str | None,
+    top: int,
+    fmt: str,
+    out: Path | None,
+    no_figure: bool,
+) -> None:
+    """Per-class comparison of B against A: EXP (workspace), EXP@REV (git revision or DVC
+    experiment) or NAME:EXP (as `tailkit report --exps` names rows)."""
+    from tailkit.reporting import compare as module
+
+    def run() -> tuple[str | bytes, Path | None]:
+        root = params_path.parent
+        if fmt == "parquet" and out is None:
+            raise TailkitError("compare: --format parquet needs --out FILE")
+        known = list(load_params(params_path).experiments) if params_path.exists() else []
+        sides = [module.load_side(root, module.parse_source(s, known)) for s in (a, b)]
+        result = module.compare(*sides, metric=metric, top=top)
+        figure = None if no_figure else module.draw(result, module.figure_path(root, result))
+        return module.render(result, fmt), figure
+
+    text, figure = _guard(run)
+    if out is not None:
+        from tailkit.atomic import atomic_path
+
+        with atomic_path(out) as tmp:
+            tmp.write_bytes(text if isinstance(text, bytes) else text.encode())
+    else:
+        click.echo(text, nl=False)
+    if figure is not None:
+        click.echo(f"compare: figure {figure}", err=True)
+
+
+@cli.command()
 def plugins() -> None:
     """Print the installed plugins as JSON: distribution, version, registered names."""
     registry = _guard(get_registry)
@@ -218,6 +302,4 @@ def list_components(kind: str) -> None:
 
 
 def main() -> None:
-    registry = _guard(get_registry)
-    registry.pm.hook.register_commands(cli=cli)
     cli()

@@ -25,7 +25,7 @@ GROUP_TITLES = {
 CURVE_COLUMNS = ("step", "seconds", "loss", "val_accuracy", "val_balanced_accuracy")
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,16 +35,16 @@ def _pyplot():
 
 
 def _colors(n: int) -> list:
-    cmap = _pyplot().get_cmap("tab10" if n <= 10 else "tab20")
+    cmap = pyplot().get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _save(fig, out: Path) -> Path:
+def save_figure(fig, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     # No timestamp in the PNG metadata: the same data gives the same bytes.
     fig.savefig(out, format="png", dpi=100, metadata={"Software": None})
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return out
 
 
@@ -81,7 +81,7 @@ def learning_curves_figure(
     """Validation accuracy and balanced accuracy (P@1 and the label-averaged top-1 share for
     multi-label rows) against wall-clock seconds and against step, one line per experiment
     (2 × 2 panels)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey="row")
     colors = _colors(len(curves))
     words = AXES[multilabel]["curves"]
@@ -96,7 +96,7 @@ def learning_curves_figure(
             ax.set_ylabel(f"{label} (%)")
             ax.grid(alpha=0.3)
     axes[0][1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def group_accuracy_figure(
@@ -105,7 +105,7 @@ def group_accuracy_figure(
     """Grouped bars: test accuracy of each many/medium/few group (mean per-class accuracy;
     mean per-label recall@5 for multi-label rows), one bar per experiment; a group with no
     classes is left empty."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(groups)
     width = 0.8 / max(len(names), 1)
     fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(names) + 4), 4.2))
@@ -119,7 +119,7 @@ def group_accuracy_figure(
     ax.set_xlabel("classes by training rows")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def read_class_bins(path: Path) -> dict[str, np.ndarray]:
@@ -139,7 +139,7 @@ def class_accuracy_figure(
     """Mean per-class test accuracy (recall@5 of a label for multi-label rows) within each
     quarter-octave bin of the training count (log x), one line per experiment, each point's
     area growing with the labels it averages, and the many/medium/few boundaries marked."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8))
     largest = max(
         (float(b["labels"].max()) for b in classes.values() if b["labels"].size), default=1
@@ -158,4 +158,4 @@ def class_accuracy_figure(
     ax.set_ylim(-2, 102)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, out)
+    return save_figure(fig, out)

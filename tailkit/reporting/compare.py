@@ -1,0 +1,411 @@
+"""``tailkit compare A B``: which labels a change helped or hurt, and how often they were seen.
+
+A and B name per-class tables (``data/evaluation/<experiment>/per_class.parquet``):
+
+- ``EXP``: the workspace's file of experiment EXP;
+- ``EXP@REV``: EXP's file at a git revision or DVC experiment REV, read through ``dvc.api``
+  (a file that is not in git comes from the DVC cache);
+- ``NAME:EXP``: EXP in the DVC experiment NAME, as ``tailkit report --exps`` names its rows
+  (the same as ``EXP@NAME``).
+
+The two tables are joined on the label id. Tables measured on different data (their
+:func:`~tailkit.evaluation.per_class.data_key` differs) are refused. The comparison is of one
+per-class metric (recall@1 by default; a multi-label table's default is recall@k), over the
+labels with test rows: its change per octave of the training count and per many/medium/few
+group with the number of labels that improved, worsened or stayed the same, and the labels
+that gained and lost most. Every sort has a tie-break on the label id, so the output is a
+function of the two tables alone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tailkit.errors import DataValidationError, TailkitError
+from tailkit.evaluation.per_class import GROUPS, PLOT_BINS_PER_OCTAVE, bin_edges, frequency_bin
+from tailkit.label_table import read_label_table, read_table_metadata
+from tailkit.paths import Layout
+
+FORMATS = ("md", "csv", "json", "parquet")
+STATES = ("improved", "worsened", "same")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one side's table comes from: an experiment, at a revision or in the workspace."""
+
+    spec: str  # as the user wrote it
+    experiment: str
+    rev: str | None  # None: the workspace
+
+    @property
+    def producer(self) -> str:
+        return f"evaluate@{self.experiment}"
+
+
+@dataclass(frozen=True)
+class Side:
+    source: Source
+    frame: pl.DataFrame
+    metadata: dict[str, str]
+
+
+def parse_source(spec: str, known: list[str]) -> Source:
+    """``EXP``, ``EXP@REV`` or ``NAME:EXP``; a workspace EXP must be one of ``known``."""
+    if "@" in spec:
+        experiment, _, rev = spec.partition("@")
+    elif ":" in spec:
+        rev, _, experiment = spec.partition(":")
+    else:
+        experiment, rev = spec, None
+    if not experiment or rev == "":
+        raise TailkitError(f"compare: {spec!r} is not EXP, EXP@REV or NAME:EXP")
+    if rev is None and experiment not in known:
+        raise TailkitError(
+            f"compare: no experiment {experiment!r} in params.yaml{_hint(spec, known)}"
+        )
+    return Source(spec, experiment, rev)
+
+
+def _hint(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else f" (experiments: {', '.join(known)})"
+
+
+def _read_at_rev(root: Path, source: Source, relative: str) -> bytes:
+    """The bytes of ``relative`` at ``source.rev`` (git or, for a DVC output, the cache)."""
+    from dvc.api import read
+    from dvc.exceptions import DvcException
+    from dvc.scm import RevError, SCMError, resolve_rev
+    from scmrepo.git import Git
+
+    try:
+        sha = resolve_rev(Git(root), source.rev)
+    except (RevError, SCMError) as exc:
+        raise TailkitError(f"compare: {source.spec}: unknown revision {source.rev!r}") from exc
+    try:
+        return read(relative, repo=str(root), rev=sha, mode="rb")
+    except FileNotFoundError as exc:
+        raise DataValidationError(
+            f"compare: {source.spec}: no {relative} at {source.rev} (experiment not evaluated "
+            f"there, or its output is not in the DVC cache; `dvc repro {source.producer}` at "
+            "that revision rebuilds it)"
+        ) from exc
+    except DvcException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataValidationError(f"compare: {source.spec}: {relative}: {first}") from exc
+
+
+def load_side(root: Path, source: Source) -> Side:
+    path = Layout(root).per_class(source.experiment)
+    name = str(path) if source.rev is None else f"{path.relative_to(root)}@{source.rev}"
+    data: Path | bytes = path
+    if source.rev is not None:
+        data = _read_at_rev(root, source, path.relative_to(root).as_posix())
+    frame = read_label_table(data, name, source.producer)
+    return Side(source, frame, read_table_metadata(data, name, source.producer))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Side
+    b: Side
+    metric: str
+    bins: pl.DataFrame  # per octave of the training count
+    groups: pl.DataFrame  # many / medium / few / all
+    gained: pl.DataFrame
+    lost: pl.DataFrame
+    curves: pl.DataFrame  # per quarter octave, for the figure
+
+    @property
+    def data_key(self) -> str:
+        return self.a.metadata.get("tailkit.data_key", "")
+
+
+def default_metric(side: Side) -> str:
+    if side.metadata.get("tailkit.multilabel") == "true":
+        return f"recall@{side.metadata.get('tailkit.k', '5')}"
+    return "recall@1"
+
+
+def _summary(joined: pl.DataFrame, by: str) -> pl.DataFrame:
+    return (
+        joined.group_by(by)
+        .agg(
+            pl.len().alias("labels"),
+            pl.col("test_rows").sum(),
+            pl.col("a").mean(),
+            pl.col("b").mean(),
+            *(((pl.col("state") == s).sum().alias(s)) for s in STATES),
+        )
+        .with_columns((pl.col("b") - pl.col("a")).alias("change"))
+        .sort(by)
+    )
+
+
+def compare(a: Side, b: Side, metric: str | None = None, top: int = 10) -> Comparison:
+    """The comparison of ``metric`` between the two tables (module docstring)."""
+    key_a, key_b = (s.metadata.get("tailkit.data_key", "?") for s in (a, b))
+    if key_a != key_b or len(a.frame) != len(b.frame):
+        raise DataValidationError(
+            f"compare: {a.source.spec} and {b.source.spec} were evaluated on different data "
+            f"(data keys {key_a} and {key_b}); a per-class comparison needs the same labels "
+            "and test rows"
+        )
+    metric = metric or default_metric(a)
+    for side in (a, b):
+        if metric not in side.frame.columns:
+            options = [c for c in side.frame.columns if c.startswith(("recall@", "precision@"))]
+            raise TailkitError(
+                f"compare: {side.source.spec} has no {metric!r} column (it has {', '.join(options)})"
+            )
+    joined = (
+        a.frame.select(
+            "label",
+            "name",
+            "train_count",
+            "group",
+            pl.col("support").alias("test_rows"),
+            pl.col(metric).alias("a"),
+        )
+        .with_columns(b.frame[metric].alias("b"))
+        .filter(pl.col("test_rows") > 0)
+        .with_columns((pl.col("b") - pl.col("a")).alias("change"))
+        .with_columns(
+            pl.when(pl.col("change") > 0)
+            .then(pl.lit("improved"))
+            .when(pl.col("change") < 0)
+            .then(pl.lit("worsened"))
+            .otherwise(pl.lit("same"))
+            .alias("state")
+        )
+    )
+    counts = joined["train_count"].to_numpy()
+    octave = frequency_bin(counts, 1)
+    bins = _summary(joined.with_columns(pl.Series("bin", octave)), "bin")
+    low, high = bin_edges(bins["bin"].to_numpy(), 1)
+    bins = bins.with_columns(
+        pl.Series("count_low", low.astype(np.int64)), pl.Series("count_high", high.astype(np.int64))
+    )
+    groups = pl.concat(
+        [
+            _summary(joined, "group").with_columns(pl.col("group").cast(pl.String)),
+            _summary(joined.with_columns(pl.lit("all").alias("group")), "group"),
+        ]
+    )
+    present = [g for g in (*GROUPS, "all") if g in groups["group"].to_list()]
+    groups = groups.join(pl.DataFrame({"group": present}).with_row_index("order"), on="group")
+    groups = groups.sort("order").drop("order")
+    columns = ["label", "name", "train_count", "test_rows", "a", "b", "change"]
+    # ties (±100 points on one-row labels are common) go to the label with more test rows
+    order = ["change", "test_rows", "label"]
+    gained = joined.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
+    lost = joined.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
+    quarter = frequency_bin(counts, PLOT_BINS_PER_OCTAVE)
+    curves = _summary(joined.with_columns(pl.Series("bin", quarter)), "bin").with_columns(
+        pl.Series("train_count", _mean_by(quarter, counts))
+    )
+    return Comparison(
+        a,
+        b,
+        metric,
+        bins,
+        groups,
+        gained.select(columns).head(top),
+        lost.select(columns).head(top),
+        curves,
+    )
+
+
+def _mean_by(bins: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Mean of ``values`` per distinct bin, in sorted bin order."""
+    unique, inverse = np.unique(bins, return_inverse=True)
+    total = np.bincount(inverse, weights=values.astype(np.float64), minlength=unique.size)
+    return total / np.bincount(inverse, minlength=unique.size)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.2f}"
+
+
+def _count_range(low: int, high: int) -> str:
+    if high <= 1:
+        return "0"
+    return str(low) if high - low == 1 else f"{low}–{high - 1}"
+
+
+def markdown(c: Comparison) -> str:
+    a, b = c.a.source.spec, c.b.source.spec
+    evaluated = int(c.groups.filter(pl.col("group") == "all")["labels"].sum())
+    lines = [
+        f"# {b} against {a}: per-class {c.metric}",
+        "",
+        (
+            f"{evaluated:,} labels with test rows, of {len(c.a.frame):,}; data key "
+            f"{c.data_key}. Values in %; change = {b} − {a}."
+        ),
+        "",
+        "## By training rows (octaves)",
+        "",
+        f"| training rows | labels | test rows | {a} | {b} | change | improved | worsened | same |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in c.bins.iter_rows(named=True):
+        lines.append(
+            f"| {_count_range(row['count_low'], row['count_high'])} | {row['labels']} | "
+            f"{row['test_rows']} | {_pct(row['a'])} | {_pct(row['b'])} | "
+            f"{_signed(row['change'])} | {row['improved']} | {row['worsened']} | {row['same']} |"
+        )
+    lines += [
+        "",
+        "## By group",
+        "",
+        f"| group | labels | test rows | {a} | {b} | change | improved | worsened | same |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in c.groups.iter_rows(named=True):
+        lines.append(
+            f"| {row['group']} | {row['labels']} | {row['test_rows']} | {_pct(row['a'])} | "
+            f"{_pct(row['b'])} | {_signed(row['change'])} | {row['improved']} | "
+            f"{row['worsened']} | {row['same']} |"
+        )
+    for title, frame in (("gained most", c.gained), ("lost most", c.lost)):
+        lines += [
+            "",
+            f"## The {len(frame)} labels that {title}",
+            "",
+            f"| label | name | training rows | test rows | {a} | {b} | change |",
+            "|---:|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in frame.iter_rows(named=True):
+            name = str(row["name"]).replace("|", "\\|")
+            lines.append(
+                f"| {row['label']} | {name} | {row['train_count']} | {row['test_rows']} | "
+                f"{_pct(row['a'])} | "
+                f"{_pct(row['b'])} | {_signed(row['change'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def long_frame(c: Comparison) -> pl.DataFrame:
+    """Every table of the comparison in one frame, a ``table`` column saying which (for CSV
+    and Parquet): ``bin`` rows keyed by their count range, ``group`` rows by group, and the
+    ``gained`` and ``lost`` labels by id."""
+    stats = ["labels", "test_rows", "a", "b", "change", *STATES]
+    bins = c.bins.select(
+        pl.lit("bin").alias("table"),
+        pl.format("{}-{}", "count_low", "count_high").alias("key"),
+        *stats,
+    )
+    groups = c.groups.select(pl.lit("group").alias("table"), pl.col("group").alias("key"), *stats)
+    labels = [
+        frame.select(
+            pl.lit(name).alias("table"),
+            pl.col("label").cast(pl.String).alias("key"),
+            "name",
+            "train_count",
+            "test_rows",
+            "a",
+            "b",
+            "change",
+        )
+        for name, frame in (("gained", c.gained), ("lost", c.lost))
+    ]
+    out = pl.concat([bins, groups, *labels], how="diagonal_relaxed")
+    return out.rename({"a": c.a.source.spec, "b": c.b.source.spec}).with_columns(
+        pl.lit(c.metric).alias("metric")
+    )
+
+
+def as_json(c: Comparison) -> str:
+    def records(frame: pl.DataFrame) -> list[dict]:
+        return frame.to_dicts()
+
+    body = {
+        "a": c.a.source.spec,
+        "b": c.b.source.spec,
+        "metric": c.metric,
+        "data_key": c.data_key,
+        "labels": len(c.a.frame),
+        "bins": records(c.bins.drop("bin")),
+        "groups": records(c.groups),
+        "gained": records(c.gained),
+        "lost": records(c.lost),
+    }
+    return json.dumps(body, indent=2, allow_nan=False) + "\n"
+
+
+def render(c: Comparison, fmt: str) -> str | bytes:
+    if fmt == "md":
+        return markdown(c)
+    if fmt == "json":
+        return as_json(c)
+    if fmt == "csv":
+        return long_frame(c).write_csv()
+    if fmt == "parquet":
+        import io
+
+        buffer = io.BytesIO()
+        long_frame(c).write_parquet(buffer, compression="zstd", statistics=False)
+        return buffer.getvalue()
+    raise TailkitError(f"compare: --format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+def figure_path(root: Path, c: Comparison) -> Path:
+    def safe(spec: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", spec)
+
+    return (
+        Layout(root).root
+        / "reports"
+        / "compare"
+        / f"{safe(c.a.source.spec)}--{safe(c.b.source.spec)}.png"
+    )
+
+
+def draw(c: Comparison, out: Path) -> Path:
+    """Mean per-class ``metric`` per quarter octave of the training count for both sides
+    (top) and their difference (bottom), log x, the many/medium/few boundaries marked."""
+    from tailkit.atomic import atomic_path
+    from tailkit.reporting.figures import FEW_BELOW, MANY_ABOVE, pyplot, save_figure
+
+    plt = pyplot()
+    seen = c.curves.filter(pl.col("train_count") > 0)  # count 0 has no place on a log axis
+    x = seen["train_count"].to_numpy()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.4), sharex=True, height_ratios=(2, 1))
+    for column, spec, color in (
+        ("a", c.a.source.spec, "tab:blue"),
+        ("b", c.b.source.spec, "tab:orange"),
+    ):
+        top.plot(
+            x, 100 * seen[column].to_numpy(), marker="o", markersize=3, label=spec, color=color
+        )
+    change = 100 * seen["change"].to_numpy()
+    bottom.bar(x, change, width=x * 0.15, color=np.where(change >= 0, "tab:green", "tab:red"))
+    bottom.axhline(0.0, color="grey", linewidth=0.8)
+    for ax in (top, bottom):
+        for boundary in (FEW_BELOW, MANY_ABOVE):
+            ax.axvline(boundary, color="grey", linewidth=0.8, linestyle=":")
+        ax.grid(alpha=0.3)
+    top.set_xscale("log")
+    top.set_ylabel(f"mean per-class {c.metric} (%)")
+    top.legend(fontsize=8)
+    bottom.set_ylabel(f"{c.b.source.spec} − {c.a.source.spec} (points)")
+    bottom.set_xlabel("training rows of the class (log scale; quarter-octave bins)")
+    with atomic_path(out) as tmp:
+        save_figure(fig, tmp)
+    return out
