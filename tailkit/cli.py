@@ -211,13 +211,25 @@ def evaluate(params_path: Path, experiment: str, quiet: bool) -> None:
     help="Also tabulate finished DVC experiments (`dvc exp show --json`), grouped into studies; "
     "writes reports/experiments.md.",
 )
+@click.option(
+    "--export",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the runs frame behind the tables (.parquet, .csv or .json).",
+)
+@click.option("--no-figures", is_flag=True, help="Skip the PNG figures.")
 @quiet_option
-def report(params_path: Path, exps: bool, quiet: bool) -> None:
+def report(
+    params_path: Path, exps: bool, export: Path | None, no_figures: bool, quiet: bool
+) -> None:
     """Write reports/summary.md (and figures) from every experiment's metrics."""
     from tailkit.stages import report as stage
 
     layout = Layout(params_path.parent)
-    done = _guard(lambda: stage.run(load_params(params_path), layout, include_exps=exps))
+    done = _guard(
+        lambda: stage.run(
+            load_params(params_path), layout, include_exps=exps, export=export, draw=not no_figures
+        )
+    )
     if exps:
         click.echo(done.text)
     studies = f"{done.studies} {'study' if done.studies == 1 else 'studies'}"
@@ -265,7 +277,7 @@ def compare(
         root = params_path.parent
         if fmt == "parquet" and out is None:
             raise TailkitError("compare: --format parquet needs --out FILE")
-        known = list(load_params(params_path).experiments) if params_path.exists() else []
+        known = module.workspace_experiments(root, params_path)
         sides = [module.load_side(root, module.parse_source(s, known)) for s in (a, b)]
         result = module.compare(*sides, metric=metric, top=top)
         figure = None if no_figure else module.draw(result, module.figure_path(root, result))

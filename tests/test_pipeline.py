@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 
+import polars as pl
 import pytest
 import yaml
 from conftest import BIN, TINY_PARAMS, run
+
+from tailkit.reporting.figures import read_class_bins
 
 pytestmark = pytest.mark.slow
 TINY_EXPERIMENTS = tuple(TINY_PARAMS["experiments"])
@@ -35,14 +38,29 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         assert len(curve) > 2
         # which plugin distribution supplied each component, for `dvc metrics diff`
         assert metrics["plugins"]["loss"].startswith(f"{metrics_loss(name)} (tailkit ")
-        # per-class accuracies, weighted by each class's test rows, give the test accuracy
-        lines = (tiny_project / "plots" / "classes" / f"{name}.tsv").read_text().splitlines()
-        assert lines[0] == "class\ttrain_count\ttest_count\taccuracy"
-        table = [[float(v) for v in line.split("\t")] for line in lines[1:]]
-        weighted = sum(n * a for _, _, n, a in table) / sum(n for _, _, n, _ in table)
-        assert weighted == pytest.approx(test["accuracy"], abs=1e-3)
+        # per-class recalls, weighted by each class's test rows, give the test accuracy
+        table = pl.read_parquet(tiny_project / "data" / "evaluation" / name / "per_class.parquet")
+        assert table["label"].to_list() == list(range(30))
+        weighted = (table["support"] * table["recall@1"]).sum() / table["support"].sum()
+        assert weighted == pytest.approx(test["accuracy"], abs=1e-12)
+        # the plot file's bin means, weighted by their labels, give the balanced accuracy
+        bins = read_class_bins(tiny_project / "plots" / "classes" / f"{name}.tsv")
+        balanced = (bins["labels"] * bins["accuracy"]).sum() / bins["labels"].sum()
+        assert balanced == pytest.approx(test["balanced_accuracy"], abs=1e-5)
     summary = (tiny_project / "reports" / "summary.md").read_text()
     assert "| softmax |" in summary and "| sampled |" in summary
+    # the frame the summary's table is rendered from, exported: the metrics files' numbers
+    export = tiny_project / "runs.json"
+    run([str(BIN / "tailkit"), "report", "--no-figures", "--export", str(export)], tiny_project)
+    frame = pl.read_json(export)
+    assert frame["experiment"].to_list() == list(TINY_EXPERIMENTS)
+    for row in frame.iter_rows(named=True):
+        metrics = json.loads((tiny_project / "metrics" / f"{row['experiment']}.json").read_text())
+        for block in ("test", "ranking"):
+            for key, value in metrics[block].items():
+                if isinstance(value, float):
+                    assert row[f"{block}.{key}"] == value, (row["experiment"], block, key)
+    export.unlink()
     assert "### Settings" in summary and "Plugins: tailkit " in summary
     for figure in ("learning-curves", "groups", "per-class"):
         assert f"(figures/{figure}.png)" in summary
@@ -93,6 +111,20 @@ def test_changing_one_experiment_reruns_only_it_and_metrics_diff_in_a_fresh_clon
     assert "Running stage 'train@softmax'" not in out
     run(["git", "add", "-A"], tiny_project)
     run(["git", "commit", "-qm", "lr 0.3"], tiny_project)
+    # Which labels the change helped: the old per-class table (a DVC output, not in git) comes
+    # from the cache through dvc.api; its label-averaged recall is the old balanced accuracy.
+    compared = run(
+        [str(BIN / "tailkit"), "compare", "sampled@HEAD~1", "sampled", "--format", "json"],
+        tiny_project,
+    )
+    body = json.loads(compared.stdout)
+    before = json.loads(run(["git", "show", "HEAD~1:metrics/sampled.json"], tiny_project).stdout)
+    after = json.loads((tiny_project / "metrics" / "sampled.json").read_text())
+    overall = body["groups"][-1]
+    assert overall["group"] == "all" and overall["labels"] == 30
+    assert overall["a"] == pytest.approx(before["test"]["balanced_accuracy"], abs=1e-12)
+    assert overall["b"] == pytest.approx(after["test"]["balanced_accuracy"], abs=1e-12)
+    assert (tiny_project / "reports" / "compare" / "sampled_HEAD_1--sampled.png").exists()
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(tiny_project), str(clone)], check=True)
@@ -131,6 +163,15 @@ def test_experiment_workflow_exp_run_show_report_plots_and_metrics_diff(tiny_pro
     assert "slow-lr:sampled" not in rows  # unchanged experiments are not repeated
     acc = f"{100 * exp_metrics['test']['accuracy']:.2f}"
     assert any(line.startswith("| slow-lr:softmax |") and acc in line for line in table.split("\n"))
+
+    # The experiment's per-class table by its name, against the committed one.
+    compared = run(
+        [str(BIN / "tailkit"), "compare", "softmax@HEAD", "slow-lr:softmax", "--format", "json"],
+        tiny_project,
+    )
+    overall = json.loads(compared.stdout)["groups"][-1]
+    assert overall["a"] == pytest.approx(base_metrics["test"]["balanced_accuracy"], abs=1e-12)
+    assert overall["b"] == pytest.approx(exp_metrics["test"]["balanced_accuracy"], abs=1e-12)
 
     # HEAD against the workspace, which `dvc exp run` left holding the experiment's results.
     plots = json.loads(run(["dvc", "plots", "diff", "HEAD", "--json"], tiny_project).stdout)

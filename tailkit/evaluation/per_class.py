@@ -133,24 +133,42 @@ def bin_edges(bins: np.ndarray, per_octave: int) -> tuple[np.ndarray, np.ndarray
     return low, high
 
 
+def aggregate(
+    keys: np.ndarray, sums: dict[str, np.ndarray], means: dict[str, np.ndarray]
+) -> pl.DataFrame:
+    """Per distinct key (sorted): ``key``, ``labels`` (rows with it), the sum of each of
+    ``sums`` and the mean of each of ``means``. numpy's bincount adds in row order, so the
+    result has the same bits on every run (a polars group_by sums in thread order)."""
+    unique, inverse = np.unique(keys, return_inverse=True)
+    n = np.bincount(inverse, minlength=unique.size)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values.astype(np.float64), minlength=unique.size)
+
+    return pl.DataFrame(
+        {
+            "key": unique,
+            "labels": n,
+            **{name: total(v).astype(np.int64) for name, v in sums.items()},
+            **{name: total(v) / n for name, v in means.items()},
+        }
+    )
+
+
 def binned(frame: pl.DataFrame, metric: str, per_octave: int) -> pl.DataFrame:
     """Per frequency bin with evaluated labels: its count range, the mean training count and
     the number of evaluated labels and test rows, and the mean of ``metric`` over them."""
     evaluated = frame.filter(pl.col("support") > 0)
-    which = frequency_bin(evaluated["train_count"].to_numpy(), per_octave)
-    out = (
-        evaluated.with_columns(pl.Series("bin", which))
-        .group_by("bin")
-        .agg(
-            pl.col("train_count").mean(),
-            pl.len().alias("labels"),
-            pl.col("support").sum().alias("test_rows"),
-            pl.col(metric).mean().alias("accuracy"),
-        )
-        .sort("bin")
+    counts = evaluated["train_count"].to_numpy()
+    out = aggregate(
+        frequency_bin(counts, per_octave),
+        {"test_rows": evaluated["support"].to_numpy()},
+        {"train_count": counts, "accuracy": evaluated[metric].to_numpy()},
     )
-    low, high = bin_edges(out["bin"].to_numpy(), per_octave)
-    return out.with_columns(pl.Series("count_low", low), pl.Series("count_high", high))
+    low, high = bin_edges(out["key"].to_numpy(), per_octave)
+    return out.rename({"key": "bin"}).with_columns(
+        pl.Series("count_low", low), pl.Series("count_high", high)
+    )
 
 
 def write_class_plot(path: Path, frame: pl.DataFrame, metric: str) -> None:

@@ -11,7 +11,7 @@ A and B name per-class tables (``data/evaluation/<experiment>/per_class.parquet`
 The two tables are joined on the label id. Tables measured on different data (their
 :func:`~tailkit.evaluation.per_class.data_key` differs) are refused. The comparison is of one
 per-class metric (recall@1 by default; a multi-label table's default is recall@k), over the
-labels with test rows: its change per octave of the training count and per many/medium/few
+labels where both tables define it (for recall: those with test rows): its change per octave of the training count and per many/medium/few
 group with the number of labels that improved, worsened or stayed the same, and the labels
 that gained and lost most. Every sort has a tie-break on the label id, so the output is a
 function of the two tables alone.
@@ -29,7 +29,13 @@ import numpy as np
 import polars as pl
 
 from tailkit.errors import DataValidationError, TailkitError
-from tailkit.evaluation.per_class import GROUPS, PLOT_BINS_PER_OCTAVE, bin_edges, frequency_bin
+from tailkit.evaluation.per_class import (
+    GROUPS,
+    PLOT_BINS_PER_OCTAVE,
+    aggregate,
+    bin_edges,
+    frequency_bin,
+)
 from tailkit.label_table import read_label_table, read_table_metadata
 from tailkit.paths import Layout
 
@@ -72,6 +78,17 @@ def parse_source(spec: str, known: list[str]) -> Source:
             f"compare: no experiment {experiment!r} in params.yaml{_hint(spec, known)}"
         )
     return Source(spec, experiment, rev)
+
+
+def workspace_experiments(root: Path, params_path: Path) -> list[str]:
+    """The experiments of params.yaml and those with an evaluation folder on disk."""
+    from tailkit.params import load_params
+
+    names = set(load_params(params_path).experiments) if params_path.exists() else set()
+    evaluated = Layout(root).per_class("x").parent.parent
+    if evaluated.is_dir():
+        names |= {p.name for p in evaluated.iterdir() if p.is_dir()}
+    return sorted(names)
 
 
 def _hint(name: str, known: list[str]) -> str:
@@ -135,18 +152,21 @@ def default_metric(side: Side) -> str:
     return "recall@1"
 
 
-def _summary(joined: pl.DataFrame, by: str) -> pl.DataFrame:
-    return (
-        joined.group_by(by)
-        .agg(
-            pl.len().alias("labels"),
-            pl.col("test_rows").sum(),
-            pl.col("a").mean(),
-            pl.col("b").mean(),
-            *(((pl.col("state") == s).sum().alias(s)) for s in STATES),
-        )
-        .with_columns((pl.col("b") - pl.col("a")).alias("change"))
-        .sort(by)
+def _summary(joined: pl.DataFrame, keys: np.ndarray) -> pl.DataFrame:
+    """Per key: labels, test rows, both sides' mean, their change and the state counts."""
+    change = joined["change"].to_numpy()
+    out = aggregate(
+        keys,
+        {
+            "test_rows": joined["test_rows"].to_numpy(),
+            "improved": change > 0,
+            "worsened": change < 0,
+            "same": change == 0,
+        },
+        {"a": joined["a"].to_numpy(), "b": joined["b"].to_numpy()},
+    )
+    return out.with_columns((pl.col("b") - pl.col("a")).alias("change")).select(
+        "key", "labels", "test_rows", "a", "b", "change", *STATES
     )
 
 
@@ -176,41 +196,32 @@ def compare(a: Side, b: Side, metric: str | None = None, top: int = 10) -> Compa
             pl.col(metric).alias("a"),
         )
         .with_columns(b.frame[metric].alias("b"))
-        .filter(pl.col("test_rows") > 0)
+        # the labels the metric is defined for on both sides (recall: those with test rows)
+        .filter(pl.col("a").is_not_null() & pl.col("b").is_not_null())
         .with_columns((pl.col("b") - pl.col("a")).alias("change"))
-        .with_columns(
-            pl.when(pl.col("change") > 0)
-            .then(pl.lit("improved"))
-            .when(pl.col("change") < 0)
-            .then(pl.lit("worsened"))
-            .otherwise(pl.lit("same"))
-            .alias("state")
-        )
     )
     counts = joined["train_count"].to_numpy()
-    octave = frequency_bin(counts, 1)
-    bins = _summary(joined.with_columns(pl.Series("bin", octave)), "bin")
+    bins = _summary(joined, frequency_bin(counts, 1)).rename({"key": "bin"})
     low, high = bin_edges(bins["bin"].to_numpy(), 1)
     bins = bins.with_columns(
-        pl.Series("count_low", low.astype(np.int64)), pl.Series("count_high", high.astype(np.int64))
+        pl.Series("count_low", low.astype(np.int64)),
+        pl.Series("count_high", high.astype(np.int64)),
     )
+    # the Enum's order: many, medium, few
+    codes = joined["group"].to_physical().to_numpy().astype(np.int64)
     groups = pl.concat(
-        [
-            _summary(joined, "group").with_columns(pl.col("group").cast(pl.String)),
-            _summary(joined.with_columns(pl.lit("all").alias("group")), "group"),
-        ]
+        [_summary(joined, codes), _summary(joined, np.full(len(joined), len(GROUPS)))]
     )
-    present = [g for g in (*GROUPS, "all") if g in groups["group"].to_list()]
-    groups = groups.join(pl.DataFrame({"group": present}).with_row_index("order"), on="group")
-    groups = groups.sort("order").drop("order")
+    names = np.asarray([*GROUPS, "all"])[groups["key"].to_numpy()]
+    groups = groups.drop("key").insert_column(0, pl.Series("group", names))
     columns = ["label", "name", "train_count", "test_rows", "a", "b", "change"]
     # ties (±100 points on one-row labels are common) go to the label with more test rows
     order = ["change", "test_rows", "label"]
     gained = joined.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
     lost = joined.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
     quarter = frequency_bin(counts, PLOT_BINS_PER_OCTAVE)
-    curves = _summary(joined.with_columns(pl.Series("bin", quarter)), "bin").with_columns(
-        pl.Series("train_count", _mean_by(quarter, counts))
+    curves = _summary(joined, quarter).with_columns(
+        aggregate(quarter, {}, {"train_count": counts})["train_count"]
     )
     return Comparison(
         a,
@@ -222,13 +233,6 @@ def compare(a: Side, b: Side, metric: str | None = None, top: int = 10) -> Compa
         lost.select(columns).head(top),
         curves,
     )
-
-
-def _mean_by(bins: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Mean of ``values`` per distinct bin, in sorted bin order."""
-    unique, inverse = np.unique(bins, return_inverse=True)
-    total = np.bincount(inverse, weights=values.astype(np.float64), minlength=unique.size)
-    return total / np.bincount(inverse, minlength=unique.size)
 
 
 # ---------------------------------------------------------------- rendering
@@ -255,7 +259,7 @@ def markdown(c: Comparison) -> str:
         f"# {b} against {a}: per-class {c.metric}",
         "",
         (
-            f"{evaluated:,} labels with test rows, of {len(c.a.frame):,}; data key "
+            f"{evaluated:,} labels where both define it, of {len(c.a.frame):,}; data key "
             f"{c.data_key}. Values in %; change = {b} − {a}."
         ),
         "",

@@ -1,12 +1,25 @@
 """Markdown for a study: its comparison table with the best value of each column in bold, the
-settings that differ between its runs (and those they share), and the plugins behind them."""
+settings that differ between its runs (and those they share), and the plugins behind them.
+
+The comparison table is rendered from one polars frame of runs (:func:`runs_frame`: one row per
+run, its experiment, source, seed, method and every scalar metric as a dotted column), the
+frame ``tailkit report --export`` writes. Runs of one experiment and source that differ only in
+their seed are one row of the table, mean ± std over the seeds (:func:`seed_summary`, a
+group_by on that frame).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import polars as pl
+
+from tailkit.atomic import atomic_path
+from tailkit.errors import TailkitError
 from tailkit.reporting.runs import Run
 
 
@@ -59,24 +72,147 @@ def metric(metrics: dict[str, Any], path: Sequence[str]) -> float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def best_values(runs: Sequence[Run], columns: Sequence[Column] = COLUMNS) -> dict[str, float]:
-    """The best value of each column over ``runs`` (columns nobody reports are absent)."""
+#: The metrics blocks whose scalars become columns of the runs frame.
+METRIC_BLOCKS = ("test", "uncorrected", "ranking", "train")
+ID_COLUMNS = ("name", "experiment", "source", "study", "seed", "method")
+
+
+def _scalars(block: Any, prefix: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if isinstance(block, dict):
+        for key, value in block.items():
+            if isinstance(value, dict):
+                out.update(_scalars(value, f"{prefix}{key}."))
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"{prefix}{key}"] = float(value)
+    return out
+
+
+def runs_frame(runs: Sequence[Run]) -> pl.DataFrame:
+    """One row per run: ``name`` (as the tables show it), ``experiment``, ``source`` ("" for
+    the workspace's own rows, else a DVC experiment or "workspace"), ``study`` (data key),
+    ``seed``, ``method``, and every scalar of the metrics blocks as a Float64 column named by
+    its path (``test.accuracy``, ``train.seconds``; null where a run lacks it)."""
+    rows = [
+        {
+            b: v
+            for block in METRIC_BLOCKS
+            for b, v in _scalars(r.metrics.get(block), f"{block}.").items()
+        }
+        for r in runs
+    ]
+    names = list(dict.fromkeys(k for row in rows for k in row))  # first-seen order
+    ids = {
+        "name": [r.name for r in runs],
+        "experiment": [r.experiment for r in runs],
+        "source": [r.source for r in runs],
+        "study": [r.study for r in runs],
+        "seed": [r.params.base.seed for r in runs],
+        "method": [describe_method(r) for r in runs],
+    }
+    values = {n: pl.Series(n, [row.get(n) for row in rows], dtype=pl.Float64) for n in names}
+    schema = {"seed": pl.Int64, **dict.fromkeys(ID_COLUMNS[:4], pl.String), "method": pl.String}
+    return pl.DataFrame(ids, schema=schema).with_columns(**values)
+
+
+def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sample std (None for one value) of the non-null values; exactly rounded
+    sums, so the same seeds give the same bits whatever their order."""
+    seen = [v for v in values if v is not None]
+    if not seen:
+        return None, None
+    mean = math.fsum(seen) / len(seen)
+    if len(seen) < 2:
+        return mean, None
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in seen) / (len(seen) - 1))
+
+
+def seed_summary(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """Per (source, experiment), in first-seen order: ``name``, ``method``, ``seeds`` and for
+    each of ``columns`` its mean and ``<column> std`` over the seeds."""
+    present = [c for c in columns if c in frame.columns]
+    grouped = frame.group_by(["source", "experiment"], maintain_order=True).agg(
+        pl.col("name").first(),
+        pl.col("method").first(),
+        pl.col("seed").n_unique().alias("seeds"),
+        *(pl.col(c) for c in present),
+    )
+    out = grouped.select("name", "method", "seeds")
+    for column in present:
+        pairs = [_mean_std(v) for v in grouped[column].to_list()]
+        out = out.with_columns(
+            pl.Series(column, [m for m, _ in pairs], dtype=pl.Float64),
+            pl.Series(f"{column} std", [s for _, s in pairs], dtype=pl.Float64),
+        )
+    return out
+
+
+def _dotted(col: Column) -> str:
+    return ".".join(col.path)
+
+
+def best_values(summary: pl.DataFrame, columns: Sequence[Column]) -> dict[str, float]:
+    """The best mean of each column over the summary's rows (columns nobody reports absent)."""
     best = {}
     for col in columns:
-        values = [v for r in runs if (v := metric(r.metrics, col.path)) is not None]
-        if values:
-            best[col.header] = max(values) if col.higher_is_better else min(values)
+        if _dotted(col) in summary.columns:
+            values = summary[_dotted(col)].drop_nulls()
+            if len(values):
+                best[col.header] = values.max() if col.higher_is_better else values.min()
     return best
 
 
-def _cell(col: Column, value: float | None, best: dict[str, float]) -> str:
+def _number(col: Column, value: float) -> str:
+    if col.percent:
+        return f"{100 * value:.2f}"
+    # seconds: two decimals below 10 s, so a quick run does not show as 0.0
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _cell(col: Column, value: float | None, std: float | None, best: dict[str, float]) -> str:
     if value is None:
         return "–"
-    if col.percent:
-        text = f"{100 * value:.2f}"
-    else:  # seconds: two decimals below 10 s, so a quick run does not show as 0.0
-        text = f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+    text = _number(col, value)
+    if std is not None:
+        text += f" ± {_number(col, std)}"
     return f"**{text}**" if value == best.get(col.header) else text
+
+
+def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = None) -> str:
+    """One row per experiment and source (mean ± std where it ran with several seeds), the
+    best value of each column in bold."""
+    columns = columns_for(runs) if columns is None else columns
+    summary = seed_summary(runs_frame(runs), [_dotted(c) for c in columns])
+    best = best_values(summary, columns)
+    several = summary["seeds"].max() > 1 if len(summary) else False
+    head = ["experiment", "method", *(["seeds"] if several else []), *(c.header for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    for row in summary.iter_rows(named=True):
+        cells = [_cell(c, row.get(_dotted(c)), row.get(f"{_dotted(c)} std"), best) for c in columns]
+        seeds = [str(row["seeds"])] if several else []
+        lines.append(f"| {row['name']} | {row['method']} | " + " | ".join(seeds + cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+EXPORT_SUFFIXES = (".parquet", ".csv", ".json")
+
+
+def export_runs(runs: Sequence[Run], path: Path) -> Path:
+    """Write :func:`runs_frame` to ``path`` (.parquet, .csv or .json by its suffix)."""
+    frame = runs_frame(runs)
+    suffix = path.suffix.lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise TailkitError(
+            f"report --export {path}: the file must end in {', '.join(EXPORT_SUFFIXES)}"
+        )
+    with atomic_path(path) as tmp:
+        if suffix == ".parquet":
+            frame.write_parquet(tmp, compression="zstd", statistics=False)
+        elif suffix == ".csv":
+            frame.write_csv(tmp)
+        else:
+            frame.write_json(tmp)
+    return path
 
 
 def _with_options(spec: dict[str, Any]) -> str:
@@ -103,19 +239,6 @@ def describe_method(run: Run) -> str:
         if sampler == "in-batch"
         else f"{text}, {sampler} × {settings['negatives']}"
     )
-
-
-def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = None) -> str:
-    columns = columns_for(runs) if columns is None else columns
-    best = best_values(runs, columns)
-    lines = [
-        "| experiment | method | " + " | ".join(c.header for c in columns) + " |",
-        "|---|---|" + "---:|" * len(columns),
-    ]
-    for run in runs:
-        cells = [_cell(c, metric(run.metrics, c.path), best) for c in columns]
-        lines.append(f"| {run.name} | {describe_method(run)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def _show(value: Any) -> str:

@@ -8,6 +8,9 @@ few group, per-class accuracy against training count. The same data is written t
 ``plots/report/{curves,groups}.tsv``, which dvc.yaml declares as top-level plots, so
 ``dvc plots show`` and ``dvc plots diff`` draw one line (or bar) per experiment.
 
+``tailkit report --export FILE`` (.parquet, .csv or .json) also writes the frame of runs the
+tables are rendered from (:func:`tailkit.reporting.tables.runs_frame`), for notebooks.
+
 ``run(..., include_exps=True)`` (``tailkit report --exps``) adds every finished DVC experiment
 from ``dvc exp show --json`` (``dvc exp run -S ...``, ``--queue``), grouped into studies by the
 data they were trained on, and writes ``reports/experiments.md`` instead. The pipeline's own
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.atomic import atomic_path
+from tailkit.errors import DataValidationError
 from tailkit.evaluation.metrics import FEW_BELOW, MANY_ABOVE
 from tailkit.params import Params
 from tailkit.paths import Layout, require
@@ -35,6 +39,7 @@ from tailkit.reporting.runs import (
 )
 from tailkit.reporting.tables import (
     comparison_table,
+    export_runs,
     is_multilabel,
     plugin_versions,
     settings_tables,
@@ -90,14 +95,28 @@ def study_markdown(title: str, runs: list[Run]) -> str:
     return "\n".join(parts)
 
 
+def _read(reader, path: Path, producer: str):
+    """``reader(path)``, a missing or malformed file one line naming the stage to re-run (an
+    older tailkit wrote some of these files in another form)."""
+    try:
+        return reader(require(path, producer))
+    except DataValidationError:
+        raise
+    except ValueError as exc:
+        raise DataValidationError(f"{exc}; rebuild it with `dvc repro {producer}`") from exc
+
+
 def write_plot_data(runs: list[Run], layout: Layout) -> dict[str, Any]:
     """``plots/report/{curves,groups}.tsv`` (long format, an ``experiment`` column) and the
     arrays the figures need, read from each experiment's train and evaluate plot files."""
-    curves = {r.experiment: figures.read_curve(layout.curve(r.experiment)) for r in runs}
+    curves = {
+        r.experiment: _read(figures.read_curve, layout.curve(r.experiment), f"train@{r.experiment}")
+        for r in runs
+    }
     groups = {r.experiment: {g: r.metrics["test"].get(g) for g in figures.GROUPS} for r in runs}
     classes = {
-        r.experiment: figures.read_class_bins(
-            require(layout.class_plot(r.experiment), f"evaluate@{r.experiment}")
+        r.experiment: _read(
+            figures.read_class_bins, layout.class_plot(r.experiment), f"evaluate@{r.experiment}"
         )
         for r in runs
     }
@@ -133,7 +152,15 @@ class Report:
     studies: int
 
 
-def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
+def run(
+    params: Params,
+    layout: Layout,
+    include_exps: bool = False,
+    export: Path | None = None,
+    draw: bool = True,
+) -> Report:
+    """Write the summary (``include_exps``: the experiments report); ``export`` also writes the
+    runs frame the tables come from; ``draw=False`` skips the PNG figures."""
     meta = read_meta(layout.split)  # labels and counts: the same for every feature set
     counts = meta["train_counts"]
     if meta.get("multilabel"):
@@ -147,7 +174,8 @@ def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
         runs = workspace_runs(params, layout)
         data = write_plot_data(runs, layout)
         multilabel = bool(meta.get("multilabel"))
-        write_figures(data, layout, multilabel)
+        if draw:
+            write_figures(data, layout, multilabel)
         captions = MULTILABEL_FIGURES if multilabel else FIGURES
         figure_links = "\n".join(
             f"![{caption}](figures/{name})\n" for name, caption in captions.items()
@@ -175,6 +203,8 @@ def run(params: Params, layout: Layout, include_exps: bool = False) -> Report:
             sections.append(study_markdown(title, study_runs))
         text = header + "\n" + "\n".join(sections)
         out, n_studies = layout.experiments_report, len(studies)
+    if export is not None:
+        export_runs(runs, export)
     with atomic_path(out) as tmp:
         tmp.write_text(text)
     return Report(out, text, n_studies)
