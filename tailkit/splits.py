@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -22,14 +22,18 @@ import pyarrow.parquet as pq
 
 from tailkit.errors import DataValidationError
 from tailkit.label_table import read_label_table, write_label_table
-from tailkit.labels import LabelSets
 from tailkit.paths import require
+
+if TYPE_CHECKING:  # labels.py imports torch, which the report (reading only counts) never needs
+    from tailkit.labels import LabelSets
 
 SPLITS = ("train", "val", "test")
 
 
 def write_split(path: Path, rows: np.ndarray, labels: np.ndarray | LabelSets) -> None:
     """Row ids (int64) and labels: int64, or ``list<int32>`` for multi-label rows."""
+    from tailkit.labels import LabelSets
+
     multi = isinstance(labels, LabelSets)
     column = labels.to_arrow() if multi else pa.array(labels, pa.int64())
     table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": column})
@@ -41,6 +45,8 @@ def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray | Lab
     table = pq.read_table(split_dir / f"{name}.parquet")
     column = table["label"].combine_chunks()
     if pa.types.is_list(column.type):
+        from tailkit.labels import LabelSets
+
         labels = LabelSets.from_arrow(column, read_meta(split_dir)["num_classes"])
         return table["row_id"].to_numpy(), labels
     return table["row_id"].to_numpy(), column.to_numpy()

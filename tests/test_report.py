@@ -205,3 +205,58 @@ def test_plot_files_with_the_wrong_header_are_refused(tmp_path: Path):
         figures.read_curve(path)
     with pytest.raises(ValueError, match="not a per-class plot file"):
         figures.read_class_bins(path)
+
+
+def _seeded_runs() -> list[Run]:
+    """Two experiments, three seeds each, accuracies drawn at random."""
+    rng = np.random.default_rng(0)
+    runs = []
+    for seed in (0, 1, 2):
+        params = parse_params(params_with(base__seed=seed))
+        runs += [Run(k, "", params, metrics(float(rng.random()))) for k in ("softmax", "sampled")]
+    return runs
+
+
+def test_runs_of_several_seeds_are_one_row_with_mean_and_std():
+    runs = _seeded_runs()
+    table = comparison_table(runs)
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    assert header[:3] == ["experiment", "method", "seeds"]
+    assert len(table.splitlines()) == 4  # header, rule, two experiments
+    means = {}
+    for name in ("softmax", "sampled"):
+        cells = dict(zip(header, row(table, name), strict=True))
+        acc = np.array([r.metrics["test"]["accuracy"] for r in runs if r.experiment == name])
+        expected = f"{100 * acc.mean():.2f} ± {100 * acc.std(ddof=1):.2f}"
+        assert cells["seeds"] == "3" and cells["accuracy"].strip("*") == expected
+        means[name] = (acc.mean(), cells["accuracy"].startswith("**"))
+    best = max(means, key=lambda n: means[n][0])
+    assert means[best][1] and not means[min(means, key=lambda n: means[n][0])][1]
+    # the same runs in another order: the same bits
+    assert comparison_table(runs[::-1]).splitlines()[2:] == table.splitlines()[2:][::-1]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".json"])
+def test_the_exported_runs_frame_holds_the_metrics_it_was_read_from(tmp_path, suffix):
+    import polars as pl
+
+    from tailkit.reporting.tables import export_runs
+
+    runs = _seeded_runs()
+    path = export_runs(runs, tmp_path / f"runs{suffix}")
+    frame = {".parquet": pl.read_parquet, ".csv": pl.read_csv, ".json": pl.read_json}[suffix](path)
+    assert frame.height == len(runs)
+    for run, values in zip(runs, frame.iter_rows(named=True), strict=True):
+        assert (values["experiment"], values["seed"]) == (run.experiment, run.params.base.seed)
+        for key, value in run.metrics["test"].items():
+            assert values[f"test.{key}"] == (None if value is None else pytest.approx(value))
+        assert values["train.seconds"] == run.metrics["train"]["seconds"]
+
+
+def test_an_export_with_an_unknown_suffix_is_refused(tmp_path):
+    from tailkit.errors import TailkitError
+    from tailkit.reporting.tables import export_runs
+
+    with pytest.raises(TailkitError, match=r"must end in \.parquet, \.csv, \.json"):
+        export_runs(_seeded_runs(), tmp_path / "runs.xlsx")
+    assert not list(tmp_path.iterdir())

@@ -77,12 +77,14 @@ METRIC_BLOCKS = ("test", "uncorrected", "ranking", "train")
 ID_COLUMNS = ("name", "experiment", "source", "study", "seed", "method")
 
 
-def _scalars(block: Any, prefix: str) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _scalars(block: Any, prefix: str) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
     if isinstance(block, dict):
         for key, value in block.items():
             if isinstance(value, dict):
                 out.update(_scalars(value, f"{prefix}{key}."))
+            elif value is None:  # a metric the run has no value for (a group without labels)
+                out[f"{prefix}{key}"] = None
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 out[f"{prefix}{key}"] = float(value)
     return out
