@@ -260,3 +260,19 @@ def test_an_export_with_an_unknown_suffix_is_refused(tmp_path):
     with pytest.raises(TailkitError, match=r"must end in \.parquet, \.csv, \.json"):
         export_runs(_seeded_runs(), tmp_path / "runs.xlsx")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "[1, 2]"])
+def test_a_missing_or_broken_metrics_file_is_one_line_naming_it_and_its_stage(tmp_path, content):
+    from tailkit.errors import DataValidationError
+    from tailkit.paths import Layout
+    from tailkit.reporting.runs import workspace_runs
+
+    layout = Layout(tmp_path)
+    path = layout.metrics("softmax")
+    if content is not None:
+        path.parent.mkdir(parents=True)
+        path.write_text(content)
+    with pytest.raises(DataValidationError, match=r"`dvc repro evaluate@softmax`") as caught:
+        workspace_runs(parse_params(TINY_PARAMS), layout)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)

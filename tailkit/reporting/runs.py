@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.checksum import params_hash
-from tailkit.errors import InvalidParameterError, TailkitError
+from tailkit.errors import DataValidationError, InvalidParameterError, TailkitError
 from tailkit.params import NO_SAMPLER, Params, parse_params
 from tailkit.paths import Layout, require
 
@@ -99,13 +99,30 @@ def _with_time(metrics: dict[str, Any], timing: dict[str, Any] | None) -> dict[s
     return {**metrics, "train": {**metrics.get("train", {}), "seconds": timing["seconds"]}}
 
 
+def read_json(path: Path, producer: str) -> dict[str, Any]:
+    """A metrics file as a dict; missing, unreadable or not an object: one line naming it and
+    the ``dvc repro`` target that rebuilds it."""
+    try:
+        value = json.loads(require(path, producer).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = getattr(exc, "msg", None) or type(exc).__name__
+        raise DataValidationError(
+            f"{path}: unreadable ({reason}); rebuild it with `dvc repro {producer}`"
+        ) from exc
+    if not isinstance(value, dict):
+        raise DataValidationError(
+            f"{path}: not a JSON object; rebuild it with `dvc repro {producer}`"
+        )
+    return value
+
+
 def workspace_runs(params: Params, layout: Layout) -> list[Run]:
     """Every experiment of ``params`` with its ``metrics/<experiment>.json`` and its time."""
     runs = []
     for name in params.experiments:
-        metrics = json.loads(require(layout.metrics(name), f"evaluate@{name}").read_text())
+        metrics = read_json(layout.metrics(name), f"evaluate@{name}")
         timing_path = layout.timing(f"train/{name}")
-        timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
+        timing = read_json(timing_path, f"train@{name}") if timing_path.exists() else None
         runs.append(Run(name, "", params, _with_time(metrics, timing)))
     return runs
 
