@@ -276,3 +276,10 @@ def test_a_missing_or_broken_metrics_file_is_one_line_naming_it_and_its_stage(tm
     with pytest.raises(DataValidationError, match=r"`dvc repro evaluate@softmax`") as caught:
         workspace_runs(parse_params(TINY_PARAMS), layout)
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_runs_differing_only_in_their_seed_are_kept_for_the_mean():
+    from tailkit.reporting.runs import distinct
+
+    runs = _seeded_runs()
+    assert distinct(runs + runs[:2]) == runs

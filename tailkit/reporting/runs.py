@@ -189,10 +189,12 @@ def exp_runs(show: list[dict[str, Any]], params_file: str = "params.yaml") -> li
 
 
 def distinct(runs: list[Run]) -> list[Run]:
-    """``runs`` without those whose data and settings equal an earlier run's."""
+    """``runs`` without those whose data, seed and settings equal an earlier run's."""
     seen, out = set(), []
     for run in runs:
-        key = (run.study, run.experiment, json.dumps(run.settings, sort_keys=True, default=str))
+        # the seed too: runs differing only in it are the repeats a mean ± std is made of
+        settings = json.dumps(run.settings, sort_keys=True, default=str)
+        key = (run.study, run.experiment, run.params.base.seed, settings)
         if key not in seen:
             seen.add(key)
             out.append(run)
