@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from tailkit.errors import InvalidParameterError
-from tailkit.validation import Interval, Options, validate_options
+from tailkit.validation import SEED, Interval, Options, validate_options
 
 NO_SAMPLER = "none"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -30,7 +30,7 @@ class BaseParams:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
-    constraints: ClassVar = {"seed": Interval(0, None)}
+    constraints: ClassVar = {"seed": SEED}
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class SubsampleParams:
         "test_fraction": Interval(0, 0.5, closed="neither"),
         "test_per_class": Interval(1, None),
         "min_class_count": Interval(1, None),
-        "seed": Interval(0, None),
+        "seed": SEED,
     }
 
 
@@ -300,9 +300,18 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     """Read and validate ``path``."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError as exc:
         raise InvalidParameterError(f"{path}: params file not found") from exc
+    except OSError as exc:
+        raise InvalidParameterError(f"{path}: unreadable ({exc.strerror})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InvalidParameterError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); params must be YAML"
+        ) from exc
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -41,9 +41,19 @@ class Interval:
     def __str__(self) -> str:
         left = "[" if self.closed in ("both", "left") and self.low is not None else "("
         right = "]" if self.closed in ("both", "right") and self.high is not None else ")"
-        lo = "-inf" if self.low is None else f"{self.low:g}"
-        hi = "inf" if self.high is None else f"{self.high:g}"
+        lo = "-inf" if self.low is None else _bound(self.low)
+        hi = "inf" if self.high is None else _bound(self.high)
         return f"in the range {left}{lo}, {hi}{right}"
+
+
+def _bound(value: float) -> str:
+    """An integer bound in full (2**32 - 1 is 4294967295, not 4.29497e+09), else %g."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+#: Every seed setting: the widest range that numpy's legacy RandomState (which scikit-learn's
+#: random_state uses), numpy's Generator and torch all accept, so no seed fails deep in a stage.
+SEED = Interval(0, 2**32 - 1)
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,8 @@ def check_value(key: str, value: Any, annotation: Any, constraint: Constraint | 
         )
     # an Interval bounds the numeric arm of a union such as ``int | Literal["auto"]``
     numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if numeric and not math.isfinite(value):  # YAML's .inf and .nan: no setting means them
+        raise InvalidParameterError(f"{key}: got {value!r}; expected a finite number")
     if (
         constraint is not None
         and value is not None

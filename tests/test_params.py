@@ -43,6 +43,11 @@ def _with(path: str, value):
         ("experiments.softmax.sampler", "hsm", r"experiments\.softmax\.sampler: got 'hsm'"),
         ("experiments.softmax.loss", 3, r"experiments\.softmax\.loss: got 3"),
         ("base.device", "tpu", r"base\.device: got 'tpu'"),
+        # YAML's .inf and .nan, and seeds that numpy's RandomState or torch would refuse
+        ("train.epochs", float("inf"), r"train\.epochs: got inf; expected a finite number"),
+        ("train.val_budget", float("nan"), r"train\.val_budget: got nan; expected a finite"),
+        ("base.seed", 18500000000000, r"base\.seed: got 18500000000000; .*\[0, 4294967295\]"),
+        ("subsample.seed", 2**32, r"subsample\.seed: got 4294967296; .*\[0, 4294967295\]"),
         ("samplers.none", {"name": "uniform"}, r"samplers\.none: the name 'none' is reserved"),
         ("experiments.bad name", {}, r"experiments\.bad name: name 'bad name'"),
         ("bogus", 1, r"unknown key 'bogus'; allowed keys are base, dataset"),
@@ -118,3 +123,26 @@ def test_invalid_yaml_names_the_line(tmp_path):
     path.write_text("base:\n  seed: [1,\n")
     with pytest.raises(InvalidParameterError, match=r"params\.yaml:\d+: invalid YAML"):
         load_params(path)
+
+
+def test_a_binary_params_file_is_one_line_naming_the_line(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_bytes(b"base:\n  seed: 0\n\xff\xfe\x00binary\n")
+    with pytest.raises(
+        InvalidParameterError, match=r"params\.yaml:3: not UTF-8 text \(byte 0xff\)"
+    ):
+        load_params(path)
+
+
+def test_the_largest_accepted_seed_works_where_seeds_are_used():
+    """2**32 - 1 is accepted, and every generator the stages seed takes it."""
+    import numpy as np
+    import torch
+
+    from tailkit.training.loop import _epoch_order
+
+    seed = 2**32 - 1
+    assert parse_params(_with("base.seed", seed)).base.seed == seed
+    np.random.RandomState(seed)  # scikit-learn's random_state
+    torch.Generator().manual_seed(seed + 2)  # the loop's augmentation stream
+    assert len(_epoch_order(10, seed, 3)) == 10

@@ -36,7 +36,7 @@ import numpy as np
 from tailkit.atomic import atomic_path, write_json
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
-from tailkit.validation import Interval
+from tailkit.validation import SEED, Interval
 
 DATA = "synthetic.npz"
 META = "meta.json"
@@ -157,7 +157,7 @@ class HierarchicalGaussian:
         "level_scale": Interval(0, None, closed="neither"),
         "noise": Interval(0, None),
         "min_per_class": Interval(1, None),
-        "seed": Interval(0, None),
+        "seed": SEED,
     }
 
     def __init__(

@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.decomposition import PCA as SklearnPCA
 
 from tailkit.plugins.featurizers._inputs import is_dense_2d, row_chunks, wrong_kind
-from tailkit.validation import Interval
+from tailkit.validation import SEED, Interval
 
 
 class PCA:
@@ -29,7 +29,7 @@ class PCA:
     output: ClassVar[str] = "dense"
     constraints: ClassVar[dict[str, Interval]] = {
         "dim": Interval(1, None),
-        "seed": Interval(0, None),
+        "seed": SEED,
     }
 
     def __init__(self, dim: int = 64, whiten: bool = False, seed: int = 0) -> None:

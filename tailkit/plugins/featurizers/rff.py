@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tailkit.validation import Interval
+from tailkit.validation import SEED, Interval
 
 # Rows per transform chunk are chosen so one chunk's output is about this many floats
 # (16 MiB): the only temporary is the chunk's cast input, whatever N is.
@@ -35,7 +35,7 @@ class RandomFourierFeatures:
     constraints: ClassVar[dict[str, Interval]] = {
         "dim": Interval(1, None),
         "bandwidth": Interval(0, None, closed="neither"),
-        "seed": Interval(0, None),
+        "seed": SEED,
     }
 
     def __init__(self, dim: int = 512, bandwidth: float = 1.0, seed: int = 0) -> None:

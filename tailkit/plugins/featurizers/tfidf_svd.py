@@ -19,7 +19,7 @@ from sklearn.decomposition import TruncatedSVD
 from sklearn.feature_extraction.text import TfidfTransformer
 
 from tailkit.plugins.featurizers._inputs import is_dense_2d, row_chunks, wrong_kind
-from tailkit.validation import Interval
+from tailkit.validation import SEED, Interval
 
 
 class TfidfSVD:
@@ -33,7 +33,7 @@ class TfidfSVD:
     output: ClassVar[str] = "dense"
     constraints: ClassVar[dict[str, Interval]] = {
         "dim": Interval(1, None),
-        "seed": Interval(0, None),
+        "seed": SEED,
     }
 
     def __init__(self, dim: int = 256, seed: int = 0) -> None:
