@@ -135,3 +135,54 @@ def test_two_distributions_with_one_plugin_name_is_an_error(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: eps)
     with pytest.raises(PluginError, match="'acme-one' and 'acme-two'"):
         list(registry._entry_points("tailkit"))
+
+
+def _entry_point_module(tmp_path, monkeypatch, name: str, source: str):
+    """An importable module ``name`` and an entry point to it beside the real ones."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = list(registry._entry_points("tailkit"))
+    ep = importlib.metadata.EntryPoint(name=name, value=name, group="tailkit")
+    monkeypatch.setattr(registry, "_entry_points", lambda group: [*real, ep])
+
+
+def test_a_plugin_that_calls_sys_exit_at_import_is_one_warning_not_a_silent_exit(
+    tmp_path, monkeypatch, capsys
+):
+    _entry_point_module(tmp_path, monkeypatch, "exiting_plugin", "import sys\nsys.exit(0)\n")
+    reg = make_registry()
+    assert "softmax" in reg.names("losses")
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "exiting_plugin" in x)
+    assert "entry point exiting_plugin = exiting_plugin" in line and "sys.exit" in line
+    assert "SystemExit(0)" in {p["name"]: p for p in reg.report()}["exiting_plugin"]["error"]
+
+
+RAISING = """
+from tailkit import hookimpl
+
+@hookimpl
+def register_losses(register):
+    register("half-registered", lambda: None, description="x")
+    raise RuntimeError("boom in register")
+"""
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_a_register_hook_that_raises_names_the_plugin_and_withdraws_its_components(
+    tmp_path, monkeypatch, capsys, trace
+):
+    if trace:
+        monkeypatch.setenv("TAILKIT_TRACE_PLUGINS", "1")
+    _entry_point_module(tmp_path, monkeypatch, "raising_plugin", RAISING)
+    reg = make_registry()
+    assert "softmax" in reg.names("losses")
+    assert "half-registered" not in reg.names("losses")  # nothing half-registered remains
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("Warning: plugin 'raising_plugin'"))
+    assert "register_losses failed: RuntimeError: boom in register" in line
+    assert "entry point raising_plugin = raising_plugin" in line
+    assert ("Traceback (most recent call last)" in err) == trace
+    assert ("calling register_losses of plugin 'raising_plugin'" in err) == trace
+    with pytest.raises(UnknownComponentError, match="failed to load: raising_plugin"):
+        reg.get("losses", "half-registered", "k")
