@@ -17,6 +17,7 @@ import importlib.metadata
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,7 @@ class PluginRecord:
     name: str
     distribution: str
     version: str
+    entry_point: str = ""  # "module:attr", as the distribution's metadata declares it
     error: str | None = None
     registered: dict[str, list[str]] = field(default_factory=dict)
 
@@ -77,7 +79,23 @@ class Registry:
             for impl in reversed(hook.get_hookimpls()):  # registration order
                 plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
                 record = records.setdefault(plugin_name, PluginRecord(plugin_name, plugin_name, ""))
-                impl.function(register=self._registrar(kind, record))
+                if record.error is None:
+                    self._call_register(kind, impl.function, record)
+
+    def _call_register(self, kind: str, hook: Callable[..., None], record: PluginRecord) -> None:
+        """One plugin's ``register_<kind>`` hook; if it raises, its components of that call
+        are withdrawn and the plugin is reported like one that failed to import."""
+        before = {k: dict(table) for k, table in self._components.items()}
+        done = {k: list(v) for k, v in record.registered.items()}
+        if _tracing():
+            print(f"tailkit: calling register_{kind} of plugin {record.name!r}", file=sys.stderr)
+        try:
+            hook(register=self._registrar(kind, record))
+        except PluginError:
+            raise  # a name clash between two plugins: the user must choose, not a warning
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - as for a failed import
+            self._components, record.registered = before, done
+            _failed(record, f"register_{kind} failed", exc)
 
     def _registrar(self, kind: str, record: PluginRecord) -> Callable[..., None]:
         def register(
@@ -191,6 +209,30 @@ def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
         yield ep
 
 
+def _tracing() -> bool:
+    return bool(os.environ.get("TAILKIT_TRACE_PLUGINS"))
+
+
+def _failed(record: PluginRecord, what: str, exc: BaseException) -> None:
+    """Record and report a plugin failure in one line naming its distribution, version and
+    entry point; the whole traceback under TAILKIT_TRACE_PLUGINS=1."""
+    detail = (
+        f"SystemExit({exc.code!r}) (it called sys.exit)"
+        if isinstance(exc, SystemExit)
+        else (f"{type(exc).__name__}: {exc}")
+    )
+    record.error = detail.splitlines()[0] if detail.strip() else type(exc).__name__
+    where = f"{record.distribution} {record.version}".strip()
+    entry = f", entry point {record.name} = {record.entry_point}" if record.entry_point else ""
+    print(
+        f"Warning: plugin {record.name!r} ({where}{entry}) {what}: {record.error}; its "
+        "components are unavailable (TAILKIT_TRACE_PLUGINS=1 shows the traceback)",
+        file=sys.stderr,
+    )
+    if _tracing():
+        traceback.print_exception(exc, file=sys.stderr)
+
+
 def make_plugin_manager(
     load_entrypoints: bool = True, extra_plugins: Sequence[tuple[str, object]] = ()
 ) -> tuple[pluggy.PluginManager, dict[str, PluginRecord]]:
@@ -207,17 +249,14 @@ def make_plugin_manager(
             is_builtin = dist == "tailkit"
             if wanted is not None and not is_builtin and ep.name not in wanted:
                 continue
-            record = PluginRecord(ep.name, dist, version)
+            record = PluginRecord(ep.name, dist, version, ep.value)
             records[ep.name] = record
             try:
                 pm.register(ep.load(), name=ep.name)
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the others down
-                record.error = f"{type(exc).__name__}: {exc}"
-                print(
-                    f"Warning: plugin {ep.name!r} ({dist} {version}) failed to load: "
-                    f"{record.error}",
-                    file=sys.stderr,
-                )
+            # a broken plugin must not take the others down; SystemExit too: a plugin calling
+            # sys.exit at import would otherwise end tailkit silently with its code
+            except (Exception, SystemExit) as exc:  # noqa: BLE001
+                _failed(record, "failed to load", exc)
     for name, plugin in extra_plugins:
         records[name] = PluginRecord(name, name, "")
         pm.register(plugin, name=name)
@@ -225,7 +264,7 @@ def make_plugin_manager(
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginError(f"plugin {exc.plugin!r} implements an unknown hook: {exc}") from exc
-    if os.environ.get("TAILKIT_TRACE_PLUGINS"):
+    if _tracing():
         pm.trace.root.setwriter(lambda msg: print(msg, end="", file=sys.stderr))
         pm.enable_tracing()
     return pm, records
