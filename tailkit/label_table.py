@@ -57,7 +57,10 @@ def read_label_table(
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         message = f"{name}: not a readable Parquet file ({reason}); {rebuild}"
         raise DataValidationError(message) from exc
-    check_ids(frame, name, num_labels)
+    try:
+        check_ids(frame, name, num_labels)
+    except DataValidationError as exc:
+        raise DataValidationError(f"{exc}; {rebuild}") from None
     return frame if _sorted(frame) else frame.sort(ID)
 
 

@@ -83,9 +83,14 @@ class Layout:
         """Per-experiment evaluation plots: the margin CDF of each many/medium/few group."""
         return self.root / "plots" / "eval" / experiment
 
+    @property
+    def evaluations(self) -> Path:
+        """One folder per evaluated experiment."""
+        return self.root / "data" / "evaluation"
+
     def per_class(self, experiment: str) -> Path:
         """One row per label: counts, group and what the evaluation measured (Parquet)."""
-        return self.root / "data" / "evaluation" / experiment / "per_class.parquet"
+        return self.evaluations / experiment / "per_class.parquet"
 
     def class_plot(self, experiment: str) -> Path:
         """The per-class results aggregated per training-frequency bin (for ``dvc plots``)."""
@@ -104,6 +109,11 @@ class Layout:
     def figures(self) -> Path:
         """The report's PNG figures, linked from summary.md."""
         return self.root / "reports" / "figures"
+
+    @property
+    def compare_figures(self) -> Path:
+        """``tailkit compare``'s figures."""
+        return self.root / "reports" / "compare"
 
     @property
     def report_plots(self) -> Path:

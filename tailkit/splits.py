@@ -20,7 +20,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tailkit.errors import DataValidationError
 from tailkit.label_table import read_label_table, write_label_table
 from tailkit.paths import require
 
@@ -71,23 +70,21 @@ def _producer(directory: Path) -> str:
     return f"featurize@{directory.name}" if directory.parent.name == "features" else "subsample"
 
 
-def read_labels(directory: Path, columns: list[str] | None = None) -> pl.DataFrame:
+def read_labels(
+    directory: Path, columns: list[str] | None = None, num_labels: int | None = None
+) -> pl.DataFrame:
     """The per-label table of a split or feature-set folder (all columns, or ``columns`` and
-    ``label``)."""
+    ``label``); ``num_labels``: the C its ids must cover."""
     path = directory / LABELS
-    return read_label_table(path, str(path), _producer(directory), columns)
+    return read_label_table(path, str(path), _producer(directory), columns, num_labels)
 
 
 def read_meta(directory: Path) -> dict[str, Any]:
     """The scalars of meta.json, plus ``<split>_counts`` (C,) int64 arrays from the label table
     (label names: :func:`read_labels`)."""
     meta = json.loads(require(directory / "meta.json", _producer(directory)).read_text())
-    table = read_labels(directory, [f"{split}_count" for split in SPLITS])
-    if len(table) != meta["num_classes"]:
-        raise DataValidationError(
-            f"{directory / LABELS}: holds {len(table)} labels, but meta.json says "
-            f"{meta['num_classes']}; rebuild it with `dvc repro {_producer(directory)}`"
-        )
+    counts = [f"{split}_count" for split in SPLITS]
+    table = read_labels(directory, counts, num_labels=meta["num_classes"])
     for split in SPLITS:
         # a writable copy: a zero-copy view of Arrow memory is read-only, and torch warns on it
         meta[f"{split}_counts"] = table[f"{split}_count"].to_numpy().copy()

@@ -25,6 +25,10 @@ MANY_ABOVE = 100
 FEW_BELOW = 20
 
 
+#: The groups of :func:`shot_groups`, in its order.
+GROUPS = ("many", "medium", "few")
+
+
 def shot_groups(train_counts: np.ndarray) -> dict[str, np.ndarray]:
     """Boolean masks over classes: many (> 100), medium (20–100), few (< 20) training rows."""
     return {

@@ -23,10 +23,9 @@ import numpy as np
 import polars as pl
 
 from tailkit.atomic import atomic_path
-from tailkit.evaluation.metrics import inverse_propensity, label_recall, shot_groups
+from tailkit.evaluation.metrics import GROUPS, label_recall, shot_groups
 from tailkit.label_table import write_label_table
 
-GROUPS = ("many", "medium", "few")
 GROUP_TYPE = pl.Enum(GROUPS)
 #: Bins per doubling of the training count in the plot file (compare's tables use 1).
 PLOT_BINS_PER_OCTAVE = 4
@@ -49,17 +48,16 @@ def per_label_results(
 ) -> dict[str, np.ndarray]:
     """Per label, from each row's ranking (N, k; −1 pads) and its true labels as a CSR pair
     (indptr, indices): support, recall@1, recall@k and precision@1 (NaN where undefined)."""
-    recall_1, support = label_recall(ranked[:, :1], truth, num_labels)
-    recall_k, _ = label_recall(ranked, truth, num_labels)
+    recall_k, support = label_recall(ranked, truth, num_labels)
     indptr, indices = truth
     rows = np.repeat(np.arange(ranked.shape[0]), np.diff(indptr))
     top = ranked[:, 0]
-    first_right = np.zeros(ranked.shape[0], dtype=bool)
-    first_right[rows[top[rows] == indices]] = True
+    # (row, label) pairs whose label the row ranks first: per label, both the rows that rank it
+    # first rightly (precision's numerator) and its rows found at rank 1 (recall@1's)
+    right = np.bincount(indices[top[rows] == indices], minlength=num_labels)
     ranked_first = np.bincount(top[top >= 0], minlength=num_labels)
-    right = np.bincount(top[first_right], minlength=num_labels)
     with np.errstate(invalid="ignore", divide="ignore"):
-        precision = right / ranked_first
+        recall_1, precision = right / support, right / ranked_first
     return {
         "support": support,
         "recall@1": recall_1,
@@ -108,11 +106,6 @@ def write_per_class(
         "tailkit.multilabel": str(multilabel).lower(),
     }
     write_label_table(path, frame, metadata)
-
-
-def propensities(train_counts: np.ndarray, num_train: int, a: float, b: float) -> np.ndarray:
-    """p_l = 1/q_l of the XC repository's propensity model."""
-    return 1.0 / inverse_propensity(train_counts, num_train, a, b)
 
 
 def frequency_bin(train_counts: np.ndarray, per_octave: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-GROUPS = ("many", "medium", "few")
+from tailkit.evaluation.metrics import GROUPS
 
 
 def read_cdf(path: Path) -> tuple[list[float], list[float]]:

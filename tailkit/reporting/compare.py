@@ -29,8 +29,8 @@ import numpy as np
 import polars as pl
 
 from tailkit.errors import DataValidationError, TailkitError
+from tailkit.evaluation.metrics import GROUPS
 from tailkit.evaluation.per_class import (
-    GROUPS,
     PLOT_BINS_PER_OCTAVE,
     aggregate,
     bin_edges,
@@ -85,7 +85,7 @@ def workspace_experiments(root: Path, params_path: Path) -> list[str]:
     from tailkit.params import load_params
 
     names = set(load_params(params_path).experiments) if params_path.exists() else set()
-    evaluated = Layout(root).per_class("x").parent.parent
+    evaluated = Layout(root).evaluations
     if evaluated.is_dir():
         names |= {p.name for p in evaluated.iterdir() if p.is_dir()}
     return sorted(names)
@@ -373,12 +373,8 @@ def figure_path(root: Path, c: Comparison) -> Path:
     def safe(spec: str) -> str:
         return re.sub(r"[^A-Za-z0-9._-]+", "_", spec)
 
-    return (
-        Layout(root).root
-        / "reports"
-        / "compare"
-        / f"{safe(c.a.source.spec)}--{safe(c.b.source.spec)}.png"
-    )
+    name = f"{safe(c.a.source.spec)}--{safe(c.b.source.spec)}.png"
+    return Layout(root).compare_figures / name
 
 
 def draw(c: Comparison, out: Path) -> Path:

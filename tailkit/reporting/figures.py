@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tailkit.evaluation.metrics import FEW_BELOW, MANY_ABOVE
+from tailkit.evaluation.metrics import FEW_BELOW, GROUPS, MANY_ABOVE
 from tailkit.evaluation.per_class import PLOT_COLUMNS as CLASS_BIN_COLUMNS
 
-GROUPS = ("many", "medium", "few")
 GROUP_TITLES = {
     "many": f"many (> {MANY_ABOVE})",
     "medium": f"medium ({FEW_BELOW}–{MANY_ABOVE})",

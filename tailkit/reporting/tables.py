@@ -113,7 +113,7 @@ def runs_frame(runs: Sequence[Run]) -> pl.DataFrame:
         "method": [describe_method(r) for r in runs],
     }
     values = {n: pl.Series(n, [row.get(n) for row in rows], dtype=pl.Float64) for n in names}
-    schema = {"seed": pl.Int64, **dict.fromkeys(ID_COLUMNS[:4], pl.String), "method": pl.String}
+    schema = {c: pl.Int64 if c == "seed" else pl.String for c in ID_COLUMNS}
     return pl.DataFrame(ids, schema=schema).with_columns(**values)
 
 

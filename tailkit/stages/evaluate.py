@@ -60,7 +60,6 @@ from tailkit.evaluation.per_class import (
     data_key,
     per_class_frame,
     per_label_results,
-    propensities,
     write_class_plot,
     write_per_class,
 )
@@ -96,19 +95,32 @@ def _confidence(preds: Predictions, loss: Loss) -> np.ndarray | None:
     return None if confidence is None else confidence.double().cpu().numpy()
 
 
+def _truth(labels: np.ndarray | LabelSets) -> tuple[np.ndarray, np.ndarray]:
+    """Each test row's true labels as a CSR pair (indptr, indices)."""
+    if isinstance(labels, LabelSets):
+        return labels.csr_pair()
+    return np.arange(labels.shape[0] + 1), labels
+
+
+def _inverse_propensity(
+    labels: np.ndarray | LabelSets, counts: np.ndarray, meta: dict[str, Any]
+) -> np.ndarray:
+    """q_l of the XC repository's propensity model, from the training counts with the
+    dataset's (A, B); N is the training rows (their label count for one label per row)."""
+    a, b = propensity_constants(meta["dataset"]["name"])
+    multi = isinstance(labels, LabelSets)
+    num_train = int(meta["train_rows"]) if multi else int(counts.sum())
+    return inverse_propensity(counts, num_train, a, b)
+
+
 def _ranking(
     ranked: np.ndarray, labels: np.ndarray | LabelSets, counts: np.ndarray, meta: dict[str, Any]
 ):
     """The XC repository's P@k, nDCG@k, PSP@k, PSnDCG@k, R@k, coverage@k (k = 1, 3, 5) of the
-    top-5 ranking; propensities from the training counts with the dataset's (A, B)."""
-    a, b = propensity_constants(meta["dataset"]["name"])
-    if isinstance(labels, LabelSets):
-        csr, num_train = labels.csr_pair(), int(meta["train_rows"])
-    else:
-        csr, num_train = (np.arange(labels.shape[0] + 1), labels), int(counts.sum())
-    q = inverse_propensity(counts, num_train, a, b)
+    top-5 ranking."""
+    q = _inverse_propensity(labels, counts, meta)
     ks = tuple(k for k in (1, 3, 5) if k <= ranked.shape[1])  # fewer than 5 classes: fewer k
-    return ranking_metrics(ranked, csr, len(counts), ks, q)
+    return ranking_metrics(ranked, _truth(labels), len(counts), ks, q)
 
 
 def _multilabel_metrics(
@@ -322,13 +334,10 @@ def _write_per_class(
     """``per_class.parquet`` and its binned plot file (module docstring)."""
     counts = np.asarray(meta["train_counts"])
     multilabel = isinstance(test.labels, LabelSets)
-    if multilabel:
-        truth = test.labels.csr_pair()
-        a, b = propensity_constants(meta["dataset"]["name"])
-        propensity = propensities(counts, int(meta["train_rows"]), a, b)
-    else:
-        y = test.labels.numpy()
-        truth, propensity = (np.arange(y.shape[0] + 1), y), None
+    labels = test.labels if multilabel else test.labels.numpy()
+    truth = _truth(labels)
+    # p_l = 1/q_l, for multi-label data only (single-label tables have no propensity column)
+    propensity = 1.0 / _inverse_propensity(labels, counts, meta) if multilabel else None
     k = ranked.shape[1]
     frame = per_class_frame(
         read_labels(features), per_label_results(ranked, truth, len(counts)), k, propensity
