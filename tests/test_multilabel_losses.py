@@ -346,17 +346,66 @@ def test_sparse_is_finite_when_positives_hold_all_mass(dtype, threshold, labels)
     assert torch.isfinite(logits.grad).all()
 
 
-def test_sparse_clamp_floors_the_negative_mass() -> None:
-    """Where the clamp binds, the sparse negative term is LSE([s, 0]) + log(ε) (bert4keras's
-    semantics), not the dense log(1 + Σ_N e^s) ≈ 0; without the threshold the product with
-    Σ_P e^{−s} keeps the floor harmless."""
-    logits = torch.tensor([[50.0, -50.0, -50.0]], dtype=torch.float64)
-    ids = torch.tensor([[0]])
-    eps = 1e-7
-    with_threshold = value(MultilabelCE(eps=eps), logits, labels=ids)
-    assert with_threshold == pytest.approx(50.0 + math.log(eps), abs=1e-6)
-    assert value(MultilabelCE(), logits, targets=torch.tensor([[1.0, 0, 0]])) < 1e-20
-    assert value(MultilabelCE(threshold=False), logits, labels=ids) == pytest.approx(eps, rel=1e-6)
+def exact_zlpr(row: list[float], positives: set[int], *, threshold: bool) -> float:
+    """§10.1 in exact rational-free float arithmetic: math.fsum of the exponentials and log1p,
+    so nothing cancels (the negatives' sum never involves the positives)."""
+    neg = math.fsum(math.exp(v) for i, v in enumerate(row) if i not in positives)
+    pos = math.fsum(math.exp(-row[j]) for j in positives)
+    return math.log1p(neg) + math.log1p(pos) if threshold else math.log1p(neg * pos)
+
+
+@pytest.mark.parametrize("threshold", [True, False])
+def test_label_lists_are_exact_for_scores_from_minus_50_to_50(threshold) -> None:
+    """Issue 19 item 11: the label-list path once took the negatives' mass as the total minus
+    the positives' and clamped the difference at ε = 1e-7, so a confidently right positive
+    (score > 16) got a loss of up to 33.9 and a gradient of +1. Over a grid of scores it must
+    match the dense-target path and the formula of algorithms.md §10.1, value and gradient."""
+    grid = torch.linspace(-50.0, 50.0, 41, dtype=torch.float64)
+    rows = []
+    for pos_score in grid:  # one or two positives at pos_score, negatives spread over the grid
+        rows.append([pos_score.item(), -50.0, -3.0, pos_score.item() - 60.0])
+        rows.append([pos_score.item(), pos_score.item() / 2, -50.0, 10.0 - pos_score.item()])
+    scores = torch.tensor(rows, dtype=torch.float64)
+    ids = torch.tensor([[0, -1], [0, 1]] * len(grid))
+    dense = torch.zeros_like(scores)
+    dense[:, 0] = 1.0
+    dense[1::2, 1] = 1.0
+    loss = MultilabelCE(threshold=threshold, reduction="sum")
+    lists = scores.clone().requires_grad_(True)
+    targets = scores.clone().requires_grad_(True)
+    per_list = [loss(batch_of(lists[i : i + 1], labels=ids[i : i + 1])) for i in range(len(rows))]
+    per_dense = [
+        loss(batch_of(targets[i : i + 1], targets=dense[i : i + 1])) for i in range(len(rows))
+    ]
+    torch.stack(per_list).sum().backward()
+    torch.stack(per_dense).sum().backward()
+    for i, row in enumerate(rows):
+        expected = exact_zlpr(row, {0} if i % 2 == 0 else {0, 1}, threshold=threshold)
+        assert per_list[i].item() == pytest.approx(expected, rel=1e-12, abs=1e-300), row
+        assert per_dense[i].item() == pytest.approx(expected, rel=1e-12, abs=1e-300), row
+    torch.testing.assert_close(lists.grad, targets.grad, rtol=1e-12, atol=1e-300)
+    # The confident end: the clamped form gave 33.9 and a gradient of +1 on the positive;
+    # what is left is the negatives' honest log(1 + e^{-3}) ≈ 0.049 and a positive's ≈ e^{-25}.
+    confident = scores[:, 0] == 50.0
+    assert max(p.item() for p, c in zip(per_list, confident, strict=True) if c) < 0.05
+    assert lists.grad[confident, 0].abs().max().item() < 1e-10
+
+
+def test_label_lists_agree_with_dense_targets_in_float32_when_confident() -> None:
+    """The float32 case the clamp hit hardest: positives at +20, negatives at −20."""
+    ids = torch.tensor([[1, 3, -1], [2, -1, -1]])
+    dense = torch.zeros(2, 5)
+    dense[0, [1, 3]] = 1.0
+    dense[1, 2] = 1.0
+    scores = torch.where(dense > 0, 20.0, -20.0)
+    for threshold in (True, False):
+        loss = MultilabelCE(threshold=threshold)
+        lists = scores.clone().requires_grad_(True)
+        loss(batch_of(lists, labels=ids)).backward()
+        value_dense = value(loss, scores, targets=dense)
+        assert value(loss, scores, labels=ids) == pytest.approx(value_dense, rel=1e-5, abs=1e-12)
+        assert value(loss, scores, labels=ids) < 1e-7
+        assert lists.grad.abs().max().item() < 1e-7
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -584,9 +633,9 @@ def test_bad_inputs_raise_clear_errors() -> None:
 
 def test_options_are_validated() -> None:
     owner = "experiments.x.loss"
-    assert validate_options(owner, MultilabelCE, {"eps": 1e-6}) == {"eps": 1e-6}
-    with pytest.raises(InvalidParameterError, match=r"experiments\.x\.loss\.eps"):
-        validate_options(owner, MultilabelCE, {"eps": 0.0})
+    # The ε of the old clamped label-list form is gone: the exact form needs none.
+    with pytest.raises(InvalidParameterError, match=r"unknown key"):
+        validate_options(owner, MultilabelCE, {"eps": 1e-6})
     with pytest.raises(InvalidParameterError, match=r"experiments\.x\.loss\.threshold"):
         validate_options(owner, MultilabelCE, {"threshold": "yes"})
     with pytest.raises(InvalidParameterError, match="reduction"):

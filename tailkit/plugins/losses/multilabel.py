@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 
 from tailkit.components import Loss, LossInput
-from tailkit.validation import Constraint, Interval
 
 _NEG_INF = float("-inf")
-_LN2 = math.log(2.0)
 
 
 # ------------------------------------------------------------------ numerically careful helpers
@@ -37,11 +34,6 @@ def _log1p_exp(x: torch.Tensor) -> torch.Tensor:
     """log(1 + eˣ), exact for large x (F.softplus switches to x above a threshold) and with a
     zero gradient at x = −inf."""
     return torch.logaddexp(x, x.new_zeros(()))
-
-
-def _log1m_exp(a: torch.Tensor) -> torch.Tensor:
-    """log(1 − eᵃ) for a < 0, choosing expm1 or log1p by the side of −log 2 (Mächler 2012)."""
-    return torch.where(a > -_LN2, torch.log(-torch.expm1(a)), torch.log1p(-torch.exp(a)))
 
 
 def _safe_log(t: torch.Tensor) -> torch.Tensor:
@@ -150,16 +142,15 @@ class MultilabelCE(Loss):
       t = 0 or t = 1 masks the entry exactly (log 0 = −∞, no clipping), as bert4keras does.
       The soft loss is convex with optimum t = σ(2s), so :meth:`confidence` is σ(2s).
     - ``batch.labels`` (B,) int: one positive per row; or (B, k) int: lists of positive ids
-      padded with −1. These never build a dense target. As in bert4keras's sparse variant,
-      log(1 + Σ_N e^{s}) is taken as the total minus the positives,
-      LSE([s, 0]) + log(1 − e^{LSE(s_P) − LSE([s, 0])}) (LSE(s) without the 0 for the
-      pairwise form), with log1p(−exp(·)) and 1 − e^{(·)} clamped to [``eps``, 1] so that it
-      stays finite when the positives hold nearly all the mass (bert4keras issue #436). The
-      clamp binds only then, and floors the negative mass at ``eps`` of the total: with the
-      threshold the negative term becomes LSE([s, 0]) + log ε (about 33.9 for one positive
-      scored 50 and negatives at −50, where the dense form gives ≈ 0), which pushes the positive
-      mass back below LSE(s_P) ≈ −log ε + log(1 + Σ_N e^{s}). (B,) labels with
-      ``threshold=False`` use the exact softmax form above and need no clamp.
+      padded with −1. These never build a dense float target: the negatives' sum is a
+      log-sum-exp over the scores with the positives masked to −∞ (a (B, C) boolean mask), so
+      it is exact however much of the mass the positives hold. bert4keras's sparse variant
+      instead takes the total minus the positives, LSE([s, 0]) + log(1 − e^{LSE(s_P) −
+      LSE([s, 0])}), which cancels catastrophically exactly when the model is confidently right;
+      its ε clamp (bert4keras issue #436) binds once a positive scores above −log ε ≈ 16 and
+      then gives a loss of s_P + log ε (33.9 for a positive scored 50) with a gradient of +1
+      on the positive, where the exact loss and gradient are ≈ 0. (B,) labels with ``threshold=False`` use the
+      softmax form above, LSE(s) − s_y, which needs no mask.
 
     A score of −∞ marks an entry as absent: it is neither a positive nor a negative.
 
@@ -169,19 +160,13 @@ class MultilabelCE(Loss):
 
     mode = "full"
     multilabel = True
-    constraints: ClassVar[dict[str, Constraint]] = {"eps": Interval(0, 1, closed="neither")}
 
     def __init__(
-        self,
-        *,
-        threshold: bool = True,
-        reduction: Literal["mean", "sum"] = "mean",
-        eps: float = 1e-7,
+        self, *, threshold: bool = True, reduction: Literal["mean", "sum"] = "mean"
     ) -> None:
         super().__init__()
         self.threshold = threshold
         self.reduction = reduction
-        self.eps = eps
 
     def forward(self, batch: LossInput) -> torch.Tensor:
         name = type(self).__name__
@@ -215,18 +200,13 @@ class MultilabelCE(Loss):
             s_y = torch.where(present, s_pos, 0.0).squeeze(1)
             return torch.where(present.squeeze(1), _lse(s, dim=1) - s_y, 0.0)
         log_pos = _lse(torch.where(present, -s_pos, _NEG_INF), dim=1)
-        pos_mass = _lse(torch.where(present, s_pos, _NEG_INF), dim=1)
-        # threshold: the total includes e^{s₀} = 1, so the difference is log(1 + Σ_N e^{s}).
-        total = _lse(s, 1)
-        if self.threshold:  # LSE over [s, 0] without copying the (B, C) scores
-            total = _log1p_exp(total)
-        share = torch.where(torch.isneginf(pos_mass), _NEG_INF, pos_mass - total)
-        # Clamping the exponent (not the log's result) keeps the gradient finite at the clamp.
-        share = share.clamp(max=math.log1p(-self.eps))
-        log_rest = total + _log1m_exp(share)
-        if self.threshold:
-            return log_rest + _log1p_exp(log_pos)
-        return _log1p_exp(log_rest + log_pos)
+        # Every write stores True, so repeated padding slots cannot race (a scatter of the
+        # mask values would let a padding slot's False overwrite a real positive at id 0).
+        positive = torch.zeros(s.shape, dtype=torch.bool, device=s.device)
+        rows = torch.arange(s.shape[0], device=s.device).unsqueeze(1).expand_as(ids)
+        positive[rows[present], ids[present]] = True
+        log_neg = _lse(s.masked_fill(positive, _NEG_INF), dim=1)
+        return self._combine(log_neg, log_pos)
 
     def confidence(
         self, top_scores: torch.Tensor, log_partition: torch.Tensor
@@ -238,7 +218,7 @@ class MultilabelCE(Loss):
         return super().confidence(top_scores, log_partition)
 
     def extra_repr(self) -> str:
-        return f"threshold={self.threshold}, reduction={self.reduction!r}, eps={self.eps:g}"
+        return f"threshold={self.threshold}, reduction={self.reduction!r}"
 
 
 class NWayMClass(Loss):
