@@ -16,7 +16,8 @@ def _fold(scores: torch.Tensor, k: int, chunk: int):
     lse = torch.full((rows,), float("-inf"))
     for start in range(0, scores.shape[1], chunk):
         part = scores[:, start : start + chunk].contiguous()
-        merge_chunk(part.numpy(), start, top.numpy(), ids.numpy(), lse.numpy())
+        labels = np.arange(start, start + part.shape[1], dtype=np.int64)
+        merge_chunk(part.numpy(), labels, top.numpy(), ids.numpy(), lse.numpy())
     return top, ids, lse
 
 

@@ -7,17 +7,18 @@ import pytest
 import torch
 from sklearn.metrics import balanced_accuracy_score
 
-from tailkit.components import Loss, PredictionContext
+from tailkit.components import Loss, PredictionContext, Sampler
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, pick_rows
 from tailkit.evaluation.metrics import (
     classification_metrics,
     expected_calibration_error,
     margin_summary,
     shot_groups,
+    topk_labels,
 )
 from tailkit.evaluation.plots import margin_cdf_figure, read_cdf
 from tailkit.evaluation.predict import predict
-from tailkit.evaluation.topk import chunked_topk
+from tailkit.evaluation.topk import chunk_topk, chunked_topk, merge_topk
 from tailkit.plugins.models.linear import Linear
 from tailkit.training.output_layer import OutputLayer
 
@@ -213,3 +214,89 @@ def test_chunked_topk_equals_a_dense_topk(chunk, block):
     _, no_bias = chunked_topk(q, w, 200, label_chunk=chunk)  # k > C: all labels, ranked
     assert no_bias.shape == (37, 150)
     torch.testing.assert_close(no_bias, (q @ w.T).argsort(dim=1, descending=True))
+
+
+# ---------------------------------------------------------------- score ties (issue 19 item 10)
+
+
+class _PermutedTable(Sampler):
+    """A conditional sampler whose log q is 0 everywhere (it moves no score) but whose table
+    order is a permutation, so prediction scores the columns out of label order."""
+
+    conditional = True
+
+    def __init__(self, order: torch.Tensor) -> None:
+        self.order = order
+
+    def label_order(self) -> torch.Tensor:
+        return self.order
+
+    def log_prob(self, x, labels):
+        return torch.zeros(x.shape[0], labels.shape[-1])
+
+
+class _Corrected(Loss):
+    def adjust_scores(self, scores, x, label_ids, ctx):
+        return ctx.add_log_q(scores, x, label_ids)
+
+
+def _tied_problem(dtype: torch.dtype):
+    """Integer weights and inputs (exact dot products in any summation order) where label j
+    repeats the weight row of label j mod 5: every score is tied with a dozen others, and the
+    ties straddle every chunk boundary."""
+    g = torch.Generator().manual_seed(11)
+    c, d, n = 61, 4, 40
+    layer = OutputLayer(c, d, generator=g)
+    base = torch.randint(-2, 3, (5, d), generator=g).to(dtype)
+    layer.weight, layer.bias = base[torch.arange(c) % 5], torch.zeros(c, dtype=dtype)
+    x = torch.randint(-2, 3, (n, d), generator=g).to(dtype)
+    y = torch.randint(c, (n,), generator=g)
+    expected = topk_labels((x @ layer.weight.T).numpy(), 7)
+    return layer, x, y, expected
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # the compiled kernel; torch
+@pytest.mark.parametrize("chunk", [3, 7, 64])
+@pytest.mark.parametrize("permuted", [False, True])
+def test_predict_breaks_score_ties_by_the_lower_label_id(dtype, chunk, permuted):
+    """One rule everywhere: the pipeline's top-k equals topk_labels (−score, then id), in
+    label-id order and in a sampler's permuted column order, on either merge path."""
+    layer, x, y, expected = _tied_problem(dtype)
+    c = layer.num_classes
+    if permuted:
+        order = torch.randperm(c, generator=torch.Generator().manual_seed(2))
+        loss, ctx = _Corrected(), PredictionContext(torch.zeros(c), _PermutedTable(order))
+    else:
+        loss, ctx = _Plain(), PredictionContext(log_prior=torch.zeros(c))
+    preds, _ = predict(
+        Linear(x.shape[1]), layer, loss, ctx, x, y, k=7, batch_size=16, label_chunk=chunk
+    )
+    np.testing.assert_array_equal(preds.topk.numpy(), expected)
+
+
+@pytest.mark.parametrize("chunk", [3, 7, 64])
+def test_chunked_topk_breaks_ties_by_the_lower_label_id(chunk):
+    layer, x, _, expected = _tied_problem(torch.float32)
+    _, ids = chunked_topk(x, layer.weight, 7, label_chunk=chunk, query_block=9)
+    np.testing.assert_array_equal(ids.numpy(), expected)
+
+
+def test_chunk_topk_with_ties_straddling_the_cut_and_shuffled_columns():
+    """torch.topk picks arbitrarily among scores equal to the k-th best; chunk_topk must pick
+    the lowest label ids, also when column j is not label j."""
+    g = torch.Generator().manual_seed(4)
+    scores = torch.randint(0, 4, (30, 50), generator=g).float()
+    labels = torch.randperm(50, generator=g) + 1000
+    top, ids = chunk_topk(scores, labels, 6)
+    by_label = torch.empty(30, 50)
+    by_label[:, labels - 1000] = scores
+    expected = topk_labels(by_label.numpy(), 6) + 1000
+    np.testing.assert_array_equal(ids.numpy(), expected)
+    torch.testing.assert_close(top, by_label.gather(1, ids - 1000))
+    # merging keeps the rule: an empty slot (id −1) loses the tie with a real label
+    empty_s = torch.full((30, 6), float("-inf"))
+    empty_i = torch.full((30, 6), -1)
+    _, merged = merge_topk(
+        empty_s, empty_i, torch.full((30, 2), float("-inf")), torch.tensor([5, 3]), 3
+    )
+    assert merged[:, :2].tolist() == [[3, 5]] * 30 and (merged[:, 2] == -1).all()

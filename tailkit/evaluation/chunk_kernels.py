@@ -85,11 +85,13 @@ def _sum_exp(s, m):
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def merge_chunk(scores, start, top_scores, top_ids, lse):
-    """Fold a chunk of scores (B, c) float32, column j = label ``start + j``, into the running
-    top-k (``top_scores`` (B, k) float32 descending, ``top_ids`` (B, k) int64) and the running
-    log Σ exp (``lse`` (B,) float32), in place. Empty top-k slots hold id −1 and fill first;
-    ties keep the lower label id; NaN scores give a NaN log-sum-exp and never enter the top-k."""
+def merge_chunk(scores, labels, top_scores, top_ids, lse):
+    """Fold a chunk of scores (B, c) float32, column j = label ``labels[j]`` (int64), into the
+    running top-k (``top_scores`` (B, k) float32 descending, ``top_ids`` (B, k) int64) and the
+    running log Σ exp (``lse`` (B,) float32), in place. Empty top-k slots hold id −1 and fill
+    first; equal scores rank by the lower label id, whatever order the columns and chunks come
+    in (the tree sampler's leaf order is not the label order); NaN scores give a NaN
+    log-sum-exp and never enter the top-k."""
     rows, width = scores.shape
     k = top_scores.shape[1]
     for i in numba.prange(rows):
@@ -115,12 +117,22 @@ def merge_chunk(scores, start, top_scores, top_ids, lse):
         floor = best[k - 1]
         for j in range(width):
             v = s[j]
-            if v > floor or (ids[k - 1] < 0 and not np.isnan(v)):
+            # The tie test runs only when v equals the k-th best, so the hot compare stays one.
+            if (
+                v > floor
+                or (ids[k - 1] < 0 and not np.isnan(v))
+                or (v == floor and labels[j] < ids[k - 1])
+            ):
+                label = labels[j]
                 pos = k - 1
-                while pos > 0 and (best[pos - 1] < v or ids[pos - 1] < 0):
+                while pos > 0 and (
+                    ids[pos - 1] < 0
+                    or best[pos - 1] < v
+                    or (best[pos - 1] == v and ids[pos - 1] > label)
+                ):
                     best[pos] = best[pos - 1]
                     ids[pos] = ids[pos - 1]
                     pos -= 1
                 best[pos] = v
-                ids[pos] = start + j
+                ids[pos] = label
                 floor = best[k - 1]

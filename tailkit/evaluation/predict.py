@@ -8,9 +8,10 @@ is applied to each chunk; when the loss has one, the unadjusted scores are repor
 A conditional sampler's correction log p_n(y|x) (the adversarial tree's) is computed once per
 row for all labels, not once per chunk (:meth:`PredictionContext.rows`): labels are scored in
 the sampler's order (the tree's leaf order) and in chunks whose bounds it picks, and each chunk
-asks it for exactly its own columns (the tree expands the subtrees under them); top-k ids are
-mapped back to labels at the end. What the sampler holds per row bounds the block's rows by
-``table_budget`` floats (the tree: its subtree roots; a sampler that builds the whole table: C).
+asks it for exactly its own columns (the tree expands the subtrees under them); the running
+top-k holds label ids, so equal scores rank by the lower label id in either order. What the
+sampler holds per row bounds the block's rows by ``table_budget`` floats (the tree: its subtree
+roots; a sampler that builds the whole table: C).
 """
 
 from __future__ import annotations
@@ -57,25 +58,34 @@ class Predictions:
 
 
 class _Accumulator:
-    def __init__(self, rows: int, k: int, device: torch.device) -> None:
-        self.top_scores = torch.full((rows, k), float("-inf"), device=device)
-        self.top_ids = torch.full((rows, k), -1, dtype=torch.long, device=device)
-        self.lse = torch.full((rows,), float("-inf"), device=device)
-        self.true_score = torch.full((rows,), float("-inf"), device=device)
+    def __init__(self, rows: int, k: int, device: torch.device, dtype: torch.dtype) -> None:
+        def empty(*shape: int) -> torch.Tensor:
+            return torch.full(shape, float("-inf"), dtype=dtype, device=device)
 
-    def add(self, scores: torch.Tensor, start: int, labels: torch.Tensor | None) -> None:
+        self.top_scores, self.lse, self.true_score = empty(rows, k), empty(rows), empty(rows)
+        self.top_ids = torch.full((rows, k), -1, dtype=torch.long, device=device)
+
+    def add(
+        self,
+        scores: torch.Tensor,
+        start: int,
+        chunk_labels: torch.Tensor,
+        labels: torch.Tensor | None,
+    ) -> None:
+        """Fold in the scores of columns ``start`` … of the block, whose label ids are
+        ``chunk_labels``; ``labels`` are the rows' true columns (positions, like ``start``)."""
         if scores.device.type == "cpu" and scores.dtype == torch.float32:
             # one compiled pass: ~5× torch.topk + a float64 logsumexp (chunk_kernels.py)
             merge_chunk(
                 scores.contiguous().numpy(),
-                start,
+                chunk_labels.numpy(),
                 self.top_scores.numpy(),
                 self.top_ids.numpy(),
                 self.lse.numpy(),
             )
         else:
             self.top_scores, self.top_ids = merge_topk(
-                self.top_scores, self.top_ids, scores, start, self.top_scores.shape[1]
+                self.top_scores, self.top_ids, scores, chunk_labels, self.top_scores.shape[1]
             )
             # The log-partition sums C terms: in float32 its last bits moved between runs (one
             # thread's half of one block came out ~30 ulps off in some runs, the ranking
@@ -93,6 +103,16 @@ class _Accumulator:
 
     def result(self) -> Predictions:
         return Predictions(self.top_ids, self.top_scores, self.true_score, self.lse)
+
+
+def _columns(
+    order: torch.Tensor | None, start: int, stop: int, device: torch.device
+) -> torch.Tensor:
+    """The label ids of columns ``start`` … ``stop`` − 1: a slice of the sampler's order, else
+    a range."""
+    if order is not None:
+        return order[start:stop]
+    return torch.arange(start, stop, device=device)
 
 
 @torch.no_grad()
@@ -121,8 +141,12 @@ def predict(
     device = layer.weight.device
     n, num_classes = x.shape[0], layer.num_classes
     k = min(k, num_classes)
-    adjusted = _Accumulator(n, k, device)
-    raw = _Accumulator(n, k, device) if loss.adjusts_scores and unadjusted else None
+    adjusted = _Accumulator(n, k, device, layer.weight.dtype)
+    raw = (
+        _Accumulator(n, k, device, layer.weight.dtype)
+        if loss.adjusts_scores and unadjusted
+        else None
+    )
     per_row = loss.adjusts_scores and ctx.per_row_correction
     order = position = None
     bounds = label_chunks(num_classes, label_chunk)
@@ -132,7 +156,7 @@ def predict(
         bounds = ctx.chunk_bounds(num_classes, label_chunk)
     if order is not None:
         # columns in the sampler's table order: each chunk's correction is a slice, not a
-        # gather of C scattered floats per row; ids and true labels are mapped at the ends
+        # gather of C scattered floats per row; true labels are mapped to their columns
         order = order.to(device)
         layer = layer.reordered(order)
         position = inverse_order(order)
@@ -144,23 +168,25 @@ def predict(
             yb = position[yb]
         z = encoder(xb)
         block = slice(lo, lo + xb.shape[0])
-        acc_adj = _Accumulator(xb.shape[0], k, device)
-        acc_raw = _Accumulator(xb.shape[0], k, device) if raw is not None else None
+        acc_adj = _Accumulator(xb.shape[0], k, device, layer.weight.dtype)
+        acc_raw = (
+            _Accumulator(xb.shape[0], k, device, layer.weight.dtype) if raw is not None else None
+        )
         with ctx.rows(xb, num_classes) if per_row else nullcontext():
             for start, stop in itertools.pairwise(bounds):
                 scores = layer.scores(z, start, stop)
+                # Top-k ids are label ids from the start, so equal scores rank by label id
+                # even when the columns come in the sampler's order.
+                ids = _columns(order, start, stop, device)
+                if acc_raw is not None:
+                    acc_raw.add(scores, start, ids, yb)
                 if loss.adjusts_scores:
-                    if acc_raw is not None:
-                        acc_raw.add(scores, start, yb)
-                    ids = ctx.chunk_ids(start, stop, device)
-                    scores = loss.adjust_scores(scores, xb, ids, ctx)
-                acc_adj.add(scores, start, yb)
+                    chunk_ids = ctx.chunk_ids(start, stop, device)
+                    scores = loss.adjust_scores(scores, xb, chunk_ids, ctx)
+                acc_adj.add(scores, start, ids, yb)
         for total, part in ((adjusted, acc_adj), (raw, acc_raw)):
             if total is not None and part is not None:
-                ids = part.top_ids
-                if order is not None:
-                    ids = torch.where(ids >= 0, order[ids.clamp_min(0)], ids)
-                total.top_ids[block] = ids
+                total.top_ids[block] = part.top_ids
                 total.top_scores[block] = part.top_scores
                 total.lse[block] = part.lse
                 total.true_score[block] = part.true_score
