@@ -74,6 +74,33 @@ TINY_PARAMS = {
 }
 
 
+class _GivenDataset:
+    def __init__(self, raw) -> None:
+        self.raw = raw
+
+    def load(self, path):
+        return self.raw
+
+
+class StandInRegistry:
+    """Hands a stage a dataset whose ``load`` returns the given RawData (bad data a real
+    dataset plugin would refuse to build); every other component comes from the real
+    registry."""
+
+    def __init__(self, raw) -> None:
+        from tailkit.registry import make_registry
+
+        self.raw, self.real = raw, make_registry()
+
+    def build(self, kind, spec, key, *runtime):
+        if kind == "datasets":
+            return _GivenDataset(self.raw)
+        return self.real.build(kind, spec, key, *runtime)
+
+    def components(self, kind):
+        return self.real.components(kind)
+
+
 def tool_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(

@@ -321,3 +321,84 @@ def test_the_featurizer_contract_checks_every_declared_kind(factory, match: str)
     with pytest.raises(ContractError, match=match) as info:
         check_featurizer(factory)
     assert factory.__qualname__ in str(info.value)
+
+
+# ---------------------------------------------------------------- non-finite features
+
+
+def _project_with(tmp_path: Path, inputs: np.ndarray, featurize: dict):
+    """Splits written by the real subsample stage for ``inputs`` (labels cycling over three
+    classes), and what the featurize stage needs to run on them."""
+    import copy
+
+    from conftest import TINY_PARAMS, StandInRegistry
+
+    from tailkit.components import RawData
+    from tailkit.params import parse_params
+    from tailkit.paths import Layout
+    from tailkit.stages import subsample
+
+    labels = np.arange(inputs.shape[0]) % 3
+    registry = StandInRegistry(RawData(inputs, labels, ["a", "b", "c"]))
+    raw = copy.deepcopy(TINY_PARAMS)
+    raw["featurize"] = featurize
+    raw["experiments"] = {
+        name: {**spec, "features": next(iter(featurize))}
+        for name, spec in raw["experiments"].items()
+        if name == "softmax"
+    }
+    params, layout = parse_params(raw), Layout(tmp_path)
+    subsample.run(params, layout, registry)
+    return params, layout, registry
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_inputs_are_refused_naming_the_row_and_column(tmp_path: Path, bad) -> None:
+    """Issue 19 item 2: a NaN in a user's dense features once reached evaluation's ECE as a
+    traceback; featurize refuses it before fitting, naming the dataset row and the column."""
+    from tailkit.stages import featurize
+
+    inputs = np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32)
+    inputs[123, 2] = bad
+    params, layout, registry = _project_with(tmp_path, inputs, {"id": {"name": "identity"}})
+    with pytest.raises(DataValidationError) as info:
+        featurize.run(params, layout, registry, "id")
+    message = str(info.value)
+    assert message.startswith("dataset 'synthetic': row 123 (in the ") and "\n" not in message
+    assert f"split) has {bad} in column 2; features must be finite" in message
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["split"]  # nothing partial
+
+
+class _Poisoned(Featurizer):
+    """Turns a finite input into a NaN feature: row 7 of whatever it transforms."""
+
+    def fit(self, x) -> None:
+        pass
+
+    def transform(self, x):
+        out = np.asarray(x, dtype=np.float64).copy()
+        if out.shape[0] > 7:
+            out[7, 1] = np.nan
+        return out
+
+
+def test_a_featurizer_producing_nan_is_named_with_split_row_and_column() -> None:
+    from tailkit.errors import PluginError
+    from tailkit.stages.featurize import as_output, first_non_finite
+
+    good = np.arange(40.0).reshape(20, 2)
+    assert as_output(good, "dense", "f").dtype == np.float32
+    with pytest.raises(PluginError) as info:
+        as_output(_Poisoned().transform(good), "dense", "poisoned", " (val split)")
+    assert (
+        str(info.value) == "featurizer 'poisoned' output (val split): row 7: value nan in column 1"
+    )
+    # a float64 value past float32's range becomes inf in the cache: caught too
+    with pytest.raises(PluginError, match=r"row 0: value inf in column 0$"):
+        as_output(np.array([[1e300, 0.0]]), "dense", "f")
+    # the block scan finds the first bad row in row-major order across blocks, and with rows
+    big = np.zeros((40_000, 3), np.float32)
+    big[[39_000, 20_000], [0, 2]] = np.nan
+    assert first_non_finite(big) == (20_000, 2)
+    assert first_non_finite(big, np.array([39_000, 5, 20_000])) == (0, 0)
+    assert first_non_finite(big[:100]) is None

@@ -173,3 +173,109 @@ def test_a_class_without_given_training_rows_is_an_error():
     splits = {"train": np.arange(3), "test": np.arange(3, 5)}
     with pytest.raises(DataValidationError, match="min_class_count"):
         split_given(labels, 2, splits, SubsampleParams())
+
+
+# ---------------------------------------------------------------- bad labels, empty splits
+# Through the stage itself (a stand-in registry hands it the dataset), so the tests also see
+# that nothing is left on disk.
+
+
+def _stage(tmp_path, raw, **subsample):
+    import copy
+
+    from conftest import TINY_PARAMS, StandInRegistry
+
+    from tailkit.params import parse_params
+    from tailkit.paths import Layout
+    from tailkit.stages import subsample as stage
+
+    params = copy.deepcopy(TINY_PARAMS)
+    params["subsample"] = {"profile": "natural", **subsample}
+    layout = Layout(tmp_path)
+    try:
+        return stage.run(parse_params(params), layout, StandInRegistry(raw))
+    finally:
+        data = tmp_path / "data"
+        leftovers = sorted(p.name for p in data.iterdir()) if data.exists() else []
+        assert leftovers in ([], ["split"]), leftovers  # no temporary directory stays behind
+
+
+def _raw(labels, names=("a", "b", "c"), splits=None):
+    from tailkit.components import RawData
+
+    n = labels.shape[0]
+    return RawData(np.zeros((n, 2), np.float32), labels, list(names), splits=splits)
+
+
+def test_a_label_id_out_of_range_is_refused_naming_its_row(tmp_path):
+    labels = np.tile(np.arange(3), 20)
+    labels[37] = 3  # one past the three label names
+    with pytest.raises(DataValidationError) as info:
+        _stage(tmp_path, _raw(labels))
+    assert str(info.value) == (
+        "dataset 'synthetic': row 37 has label id 3; label ids must lie in [0, 3) "
+        "(one per label name)"
+    )
+    labels[37], labels[5] = 0, -1
+    with pytest.raises(DataValidationError, match=r"row 5 has label id -1"):
+        _stage(tmp_path, _raw(labels))
+    assert not (tmp_path / "data" / "split").exists()
+
+
+def test_a_multilabel_id_out_of_range_is_refused_naming_its_row(tmp_path):
+    import scipy.sparse as sp
+
+    # rows: {0}, {1, 2}, {} (label-less, as XC allows), {0, 4}: id 4 past the three names
+    indicator = sp.csr_matrix(
+        (np.ones(5), np.array([0, 1, 2, 0, 4]), np.array([0, 1, 3, 3, 5])), shape=(4, 5)
+    )
+    with pytest.raises(DataValidationError, match=r"^dataset 'synthetic': row 3 has label id 4;"):
+        _stage(tmp_path, _raw(indicator))
+
+
+@pytest.mark.parametrize(
+    ("labels", "subsample", "splits", "empty", "hint"),
+    [
+        # three rows, one per class: nothing can be held out without emptying a class
+        (np.arange(3), {}, None, "val and test", "test_fraction"),
+        # validation rounds to nothing for every class
+        (
+            np.repeat(np.arange(3), 4),
+            {"val_fraction": 0.05, "test_fraction": 0.25},
+            None,
+            "val",
+            "val_fraction",
+        ),
+        # the dataset's own splits: an empty given test split
+        (
+            np.tile(np.arange(3), 10),
+            {},
+            {"train": np.arange(30), "test": np.zeros(0, int)},
+            "test",
+            "the dataset's own 'test' split is empty",
+        ),
+    ],
+)
+def test_an_empty_split_is_refused_with_the_counts_and_the_setting(
+    tmp_path, labels, subsample, splits, empty, hint
+):
+    with pytest.raises(DataValidationError) as info:
+        _stage(tmp_path, _raw(labels, splits=splits), **subsample)
+    message = str(info.value)
+    assert f"the {empty} split{'s' if ' and ' in empty else ''} would be empty (train " in message
+    assert hint in message and "\n" not in message
+    assert not (tmp_path / "data" / "split").exists()
+
+
+def test_an_empty_multilabel_train_split_is_refused(tmp_path):
+    import scipy.sparse as sp
+
+    indicator = sp.csr_matrix(np.eye(3))
+    given = {"train": np.zeros(0, int), "val": np.array([0]), "test": np.array([1, 2])}
+    with pytest.raises(DataValidationError, match=r"the train split would be empty \(train 0, "):
+        _stage(tmp_path, _raw(indicator, splits=given))
+
+
+def test_small_but_complete_splits_are_written(tmp_path):
+    meta = _stage(tmp_path, _raw(np.repeat(np.arange(3), 5)), val_fraction=0.2, test_fraction=0.2)
+    assert [int(meta[f"{s}_counts"].sum()) for s in ("train", "val", "test")] == [9, 3, 3]

@@ -26,7 +26,7 @@ from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import KINDS, write_features
 from tailkit.checksum import params_hash
 from tailkit.components import featurizer_accepts, featurizer_output
-from tailkit.errors import InvalidParameterError, PluginError
+from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.progress import each
@@ -55,21 +55,66 @@ def check_modality(
     )
 
 
-def as_output(x: Any, output: str, name: str) -> Any:
+#: Rows per block of the finiteness scan: its boolean mask stays a few MiB at any width.
+_SCAN_ROWS = 1 << 14
+
+
+def first_non_finite(x: np.ndarray, rows: np.ndarray | None = None) -> tuple[int, int] | None:
+    """(i, j) of the first NaN or ±inf in a dense (N, D) array (row-major order), or None;
+    ``rows`` restricts the scan to those rows (i then indexes ``rows``). Scanned in row blocks
+    so that no (N, D) mask is ever built."""
+    count = x.shape[0] if rows is None else rows.shape[0]
+    for lo in range(0, count, _SCAN_ROWS):
+        block = x[lo : lo + _SCAN_ROWS] if rows is None else x[rows[lo : lo + _SCAN_ROWS]]
+        bad = ~np.isfinite(block)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            return lo + int(i), int(j)
+    return None
+
+
+def check_finite_inputs(raw_inputs: Any, splits: dict[str, Any], dataset: str) -> None:
+    """Refuse dense raw inputs holding NaN or ±inf in a row a split uses, naming the dataset
+    row and column, before a featurizer is fitted on them (a NaN would otherwise surface as a
+    traceback in some later stage: ECE at evaluation, a PCA's SVD, a diverged loss)."""
+    if not (isinstance(raw_inputs, np.ndarray) and raw_inputs.dtype.kind == "f"):
+        return
+    for split, (rows, _) in splits.items():
+        found = first_non_finite(raw_inputs, np.asarray(rows))
+        if found is not None:
+            i, j = found
+            row = int(rows[i])
+            raise DataValidationError(
+                f"dataset {dataset!r}: row {row} (in the {split} split) has "
+                f"{raw_inputs[row, j]} in column {j}; features must be finite: drop or impute "
+                "such rows in the dataset"
+            )
+
+
+def as_output(x: Any, output: str, name: str, where: str = "") -> Any:
     """``transform``'s result in the cache's form for ``output``, or a one-line PluginError
-    when it is not what the featurizer declared."""
+    when it is not what the featurizer declared or holds a NaN or ±inf (``where`` follows
+    "output" in the message, e.g. " (train split)")."""
     if sp.issparse(x):
         if output == "sparse":
             matrix = canonical(sp.csr_matrix(x, dtype=np.float32))
             try:  # a NaN or an id past D would reach every later stage; name the row now
-                check_rows(matrix.indptr, matrix.indices, matrix.data, matrix.shape[1], "")
+                check_rows(matrix.indptr, matrix.indices, matrix.data, matrix.shape[1], where)
             except ValueError as exc:
                 raise PluginError(f"featurizer {name!r} output{exc}") from exc
             return matrix
     elif output == "dense":
         array = np.asarray(x)
         if array.ndim == 2 and array.dtype.kind in "biuf":
-            return np.ascontiguousarray(array, dtype=np.float32)
+            with np.errstate(over="ignore"):  # a value past float32's range: inf, caught below
+                array = np.ascontiguousarray(array, dtype=np.float32)
+            found = first_non_finite(array)
+            if found is not None:
+                i, j = found
+                raise PluginError(
+                    f"featurizer {name!r} output{where}: row {i}: value {array[i, j]} in column {j}"
+                )
+            return array
     elif output == "image":
         image = isinstance(x, np.ndarray) and x.ndim == 4 and x.shape[-1] == 3
         if image and x.dtype == np.uint8:
@@ -106,6 +151,8 @@ def run(params: Params, layout: Layout, registry: Registry, features: str) -> di
     check_modality(featurizer, params, features, raw.modality, registry)
     meta = read_meta(layout.split)
     splits = {split: read_split(layout.split, split) for split in SPLITS}
+    if raw.modality == "dense":
+        check_finite_inputs(raw.inputs, splits, params.dataset["name"])
 
     featurizer.fit(raw.inputs[splits["train"][0]])
     info = {
@@ -125,7 +172,7 @@ def run(params: Params, layout: Layout, registry: Registry, features: str) -> di
     row_shapes = {}
     with atomic_dir(layout.feature_set(features)) as tmp:
         for split, (rows, labels) in each(splits.items(), "featurize", unit="split"):
-            x = as_output(featurizer.transform(raw.inputs[rows]), output, name)
+            x = as_output(featurizer.transform(raw.inputs[rows]), output, name, f" ({split} split)")
             write_features(tmp / f"{split}.parquet", x, labels, rows, {**info, "split": split})
             row_shapes[split] = tuple(int(s) for s in x.shape[1:])
         if len(set(row_shapes.values())) > 1:

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.components import RawData
@@ -211,11 +212,29 @@ def split_multilabel(
     return {name: out[name] for name in SPLITS}
 
 
+def _out_of_range(row: int, label: int, num_classes: int, where: str) -> DataValidationError:
+    return DataValidationError(
+        f"{where}: row {row} has label id {label}; label ids must lie in [0, {num_classes}) "
+        "(one per label name)"
+    )
+
+
 def _labels(raw: RawData, where: str) -> np.ndarray | LabelSets:
-    """The labels of ``raw``, checked: (N,) int64 ids, or :class:`LabelSets`."""
+    """The labels of ``raw``, checked: (N,) int64 ids, or :class:`LabelSets`. An id outside
+    ``[0, C)`` is refused here, naming its row, before any split is written: later stages
+    index tables by label id, and a bad id in a row they never visit would pass unseen."""
     if raw.multilabel:
         try:
-            return LabelSets.from_csr(raw.labels, raw.num_classes)
+            csr = sp.csr_matrix(raw.labels)
+        except (ValueError, TypeError) as exc:
+            raise DataValidationError(f"{where}: multi-label labels: {exc}") from exc
+        outside = np.flatnonzero((csr.indices < 0) | (csr.indices >= raw.num_classes))
+        if outside.size:
+            p = int(outside[0])
+            row = int(np.searchsorted(csr.indptr, p, side="right") - 1)
+            raise _out_of_range(row, int(csr.indices[p]), raw.num_classes, where)
+        try:
+            return LabelSets.from_csr(csr, raw.num_classes)
         except (ValueError, TypeError) as exc:
             raise DataValidationError(f"{where}: multi-label labels: {exc}") from exc
     labels = np.asarray(raw.labels)
@@ -225,12 +244,44 @@ def _labels(raw: RawData, where: str) -> np.ndarray | LabelSets:
             f"{labels.shape}"
         )
     labels = labels.astype(np.int64, copy=False)
-    if labels.size and (labels.min() < 0 or labels.max() >= raw.num_classes):
-        raise DataValidationError(
-            f"{where}: label ids must lie in [0, {raw.num_classes}) (one per label name); got "
-            f"{int(labels.min())}..{int(labels.max())}"
-        )
+    outside = np.flatnonzero((labels < 0) | (labels >= raw.num_classes))
+    if outside.size:
+        row = int(outside[0])
+        raise _out_of_range(row, int(labels[row]), raw.num_classes, where)
     return labels
+
+
+#: What to change when a split comes out empty, by split.
+_EMPTY_HINTS = {
+    "train": "lower subsample.test_fraction and subsample.val_fraction, or use more rows",
+    "val": "raise subsample.val_fraction (each class gives round(rows · val_fraction) and "
+    "keeps one training row), or use more rows per class",
+    "test": "raise subsample.test_fraction (or test_per_class with balanced_test), or use more "
+    "rows per class",
+}
+
+
+def check_nonempty(
+    rows: dict[str, np.ndarray], given: dict[str, np.ndarray] | None, where: str
+) -> None:
+    """Refuse a split with no rows, naming every split's size and the setting to change: an
+    empty train split would leave an untrained model, an empty val split NaN learning curves,
+    and an empty test split nothing to evaluate."""
+    empty = [name for name in SPLITS if rows[name].size == 0]
+    if not empty:
+        return
+    sizes = ", ".join(f"{n} {rows[n].size}" for n in SPLITS)
+    total = sum(rows[n].size for n in SPLITS)
+    hints = [
+        f"the dataset's own {name!r} split is empty"
+        if given is not None and name in given
+        else _EMPTY_HINTS[name]
+        for name in empty
+    ]
+    what = f"the {empty[0]} split" if len(empty) == 1 else f"the {' and '.join(empty)} splits"
+    raise DataValidationError(
+        f"{where}: {what} would be empty ({sizes} of {total} rows); {'; '.join(hints)}"
+    )
 
 
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
@@ -244,6 +295,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         rows = split_rows(labels, raw.num_classes, params.subsample)
     else:
         rows = split_given(labels, raw.num_classes, raw.splits, params.subsample, where)
+    check_nonempty(rows, raw.splits, where)
     meta: dict[str, Any] = {
         "dataset": params.dataset,
         "subsample": {**params.subsample.__dict__},
