@@ -417,6 +417,14 @@ class Loss(torch.nn.Module):
     def adjusts_scores(self) -> bool:
         return type(self).adjust_scores is not Loss.adjust_scores
 
+    @property
+    def uses_log_q(self) -> bool:
+        """Whether the loss weights its negatives or corrects its scores by the sampler's
+        log q (importance weights, NCE's noise log-odds, Bamler–Mandt's + log q at
+        prediction). Such an estimate assumes q > 0 for every label, so training refuses a
+        fitted unconditional proposal that gives some label probability 0. False by default."""
+        return False
+
 
 class Encoder(torch.nn.Module):
     """Φ: maps input features (B, D) to embeddings (B, d); ``out_dim`` is d.

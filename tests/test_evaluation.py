@@ -300,3 +300,34 @@ def test_chunk_topk_with_ties_straddling_the_cut_and_shuffled_columns():
         empty_s, empty_i, torch.full((30, 2), float("-inf")), torch.tensor([5, 3]), 3
     )
     assert merged[:, :2].tolist() == [[3, 5]] * 30 and (merged[:, 2] == -1).all()
+
+
+def test_a_non_finite_metric_is_written_as_null_with_its_reason(tmp_path):
+    """Issue 19 item 12: a −∞ mean log-likelihood (a true label the model or a proposal gives
+    probability 0) once crashed the stage in json.dumps(allow_nan=False)."""
+    import json
+
+    from tailkit.metrics_file import null_non_finite, write_metrics
+
+    data = {
+        "test": {"log_likelihood": float("-inf"), "accuracy": 0.5, "ece": float("nan")},
+        "curve": [1.0, float("inf")],
+        "group": None,
+        "count": np.float64(np.inf),  # numpy scalars too (np.float64 is a float)
+    }
+    write_metrics(tmp_path / "m.json", data)
+    back = json.loads((tmp_path / "m.json").read_text())
+    assert back == {
+        "test": {
+            "log_likelihood": None,
+            "log_likelihood_null_reason": "-inf",
+            "accuracy": 0.5,
+            "ece": None,
+            "ece_null_reason": "nan",
+        },
+        "curve": [1.0, None],
+        "group": None,
+        "count": None,
+        "count_null_reason": "inf",
+    }
+    assert null_non_finite({"a": 1, "b": [{"c": 2.5}]}) == {"a": 1, "b": [{"c": 2.5}]}

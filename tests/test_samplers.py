@@ -322,3 +322,35 @@ def test_fit_sampler_reports_labels_the_proposal_cannot_draw() -> None:
     assert mean_log_prob(sampler, torch.zeros(3, 1), torch.tensor([0, 3, 3])) == (None, 2)
     mean, impossible = mean_log_prob(sampler, torch.zeros(2, 1), torch.tensor([0, 1]))
     assert impossible == 0 and mean == pytest.approx((math.log(0.5) + math.log(0.25)) / 2)
+
+
+# ---------------------------------------------------------------- q = 0 (issue 19 item 12)
+
+
+def test_a_zero_probability_label_is_refused_for_losses_that_divide_by_q() -> None:
+    """Unigram with offset 0 gives a label without training rows q = 0: importance weights,
+    NCE and Bamler–Mandt's correction divide by it, so training refuses it in one line naming
+    the setting; a loss that needs no q, or an offset above 0, trains."""
+    from types import SimpleNamespace
+
+    from tailkit.plugins.losses.negative_sampling import NegativeSampling
+    from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
+    from tailkit.stages.train import check_support
+
+    params = SimpleNamespace(samplers={"freq": {"name": "unigram"}})  # what it reads
+    labels = torch.tensor([0, 0, 1, 3, 3, 3])  # label 2 has no training row
+    bare, smoothed = UnigramSampler(), UnigramSampler(offset=1.0)
+    bare.fit(None, labels, 4)
+    smoothed.fit(None, labels, 4)
+    cpu = torch.device("cpu")
+    for loss in (SampledSoftmax(weighting="importance"), NegativeSampling()):
+        with pytest.raises(InvalidParameterError) as info:
+            check_support(loss, bare, params, "freq", "x", 4, cpu)
+        assert str(info.value) == (
+            "experiments.x: sampler 'freq' gives 1 of 4 labels probability 0 (e.g. label 2), "
+            f"but loss {type(loss).__name__} divides by q; set samplers.freq.offset above 0 "
+            "(1 is Bamler–Mandt's frequency baseline), or use a loss that needs no q "
+            "(weighting: constant)"
+        )
+        check_support(loss, smoothed, params, "freq", "x", 4, cpu)
+    check_support(SampledSoftmax(weighting="constant"), bare, params, "freq", "x", 4, cpu)

@@ -66,6 +66,7 @@ from tailkit.evaluation.per_class import (
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.experiment import build_model, build_objective, feature_dir, trains_itself
 from tailkit.labels import LabelSets
+from tailkit.metrics_file import write_metrics
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
@@ -319,7 +320,7 @@ def _write_metrics(
                 raw.ranked, y, counts, raw.log_likelihood, raw.confidence
             )
     _write_per_class(layout, experiment, features, meta, test, adjusted.ranked)
-    write_json(layout.metrics(experiment), metrics)
+    write_metrics(layout.metrics(experiment), metrics)
     return metrics
 
 

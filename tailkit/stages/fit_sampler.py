@@ -30,6 +30,7 @@ from tailkit.cache import read_features
 from tailkit.components import Sampler
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
+from tailkit.metrics_file import write_metrics
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import TIMING_SUFFIX, Layout
 from tailkit.progress import each
@@ -119,7 +120,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
                 "fit_seconds": round(fit_seconds, 4),
                 **{k: v for k, v in fitted.items() if k.endswith(TIMING_SUFFIX)},
             }
-    write_json(layout.sampler_metrics, report)
+    write_metrics(layout.sampler_metrics, report)
     write_json(layout.timing("fit-sampler"), timings)
     return timings
 

@@ -27,6 +27,8 @@ from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.checksum import params_hash
 from tailkit.codehash import experiment_code, module_fingerprint
+from tailkit.components import Loss, Sampler
+from tailkit.errors import InvalidParameterError
 from tailkit.experiment import (
     build_model,
     build_objective,
@@ -68,6 +70,9 @@ def run(
     train_set = read_features(features / "train.parquet")
     val_set = read_features(features / "val.parquet")
     sampler = load_sampler(registry, params, settings["sampler"], layout, device)
+    check_support(
+        loss, sampler, params, settings["sampler"], experiment, meta["num_classes"], device
+    )
 
     encoder, loss = encoder.to(device), loss.to(device)
     layer = OutputLayer.for_loss(
@@ -170,6 +175,42 @@ def run(
     write_json(layout.timing(f"train/{experiment}"), timing)
     checkpoint.clear()
     return timing
+
+
+def check_support(
+    loss: Loss,
+    sampler: Sampler | None,
+    params: Params,
+    key: str,
+    experiment: str,
+    num_classes: int,
+    device: torch.device,
+) -> None:
+    """Refuse an unconditional proposal that gives some label q = 0 to a loss that divides by
+    q (:attr:`Loss.uses_log_q`): importance weights would be unbiased for a different loss,
+    and the label's corrected score would be −∞ (it could never be predicted). It happens to
+    a unigram proposal with offset 0 when a label has no training row (multi-label data with a
+    random validation split, a profile that empties a class)."""
+    if sampler is None or sampler.conditional or not loss.uses_log_q:
+        return
+    labels = torch.arange(num_classes, device=device)
+    try:
+        log_q = sampler.log_prob(None, labels).cpu()
+    except NotImplementedError:
+        return
+    zero = torch.isneginf(log_q).nonzero().flatten()
+    if zero.numel():
+        fix = (
+            f"set samplers.{key}.offset above 0 (1 is Bamler–Mandt's frequency baseline)"
+            if params.samplers.get(key, {}).get("name") == "unigram"
+            else f"make samplers.{key} give every label some probability"
+        )
+        raise InvalidParameterError(
+            f"experiments.{experiment}: sampler {key!r} gives {zero.numel()} of {num_classes} "
+            f"labels probability 0 (e.g. label {int(zero[0])}), but loss "
+            f"{type(loss).__name__} divides by q; {fix}, or use a loss that needs no q "
+            "(weighting: constant)"
+        )
 
 
 def _validation_rows(rows: int, params: Params) -> torch.Tensor:

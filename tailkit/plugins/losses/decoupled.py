@@ -89,6 +89,10 @@ class Decoupled(_Decoupled):
         per_example = everything + torch.where(present, swap, 0.0).sum(dim=1)
         return self._reduce(per_example)
 
+    @property
+    def uses_log_q(self) -> bool:
+        return self.weighting != "constant"  # every other weighting divides by q
+
     def extra_repr(self) -> str:
         return f"margin_loss={self.margin_loss!r}, reduction={self.reduction!r}"
 

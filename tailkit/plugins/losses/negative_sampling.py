@@ -92,5 +92,9 @@ class NegativeSampling(Loss):
     def adjusts_scores(self) -> bool:
         return True
 
+    @property
+    def uses_log_q(self) -> bool:
+        return True  # + log q at prediction (and NCE's noise log-odds in training)
+
     def extra_repr(self) -> str:
         return f"reg={self.reg:g}, reduction={self.reduction!r}, mask_hits={self.mask_hits}"

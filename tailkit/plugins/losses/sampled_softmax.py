@@ -100,6 +100,10 @@ class SampledSoftmax(CorrectsAtPrediction, Loss):
         per_example = torch.logsumexp(logits, dim=1) - logits[:, 0]
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
 
+    @property
+    def uses_log_q(self) -> bool:
+        return self.weighting != "constant"  # every other weighting divides by q
+
     def extra_repr(self) -> str:
         return (
             f"weighting={self.weighting!r}, tau={self.tau:g}, positive_correction={self.positive_correction}, "
