@@ -31,3 +31,163 @@ def test_study_params_are_valid(path: Path) -> None:
 
 def test_there_is_a_study() -> None:
     assert STUDIES
+
+
+# ---------------------------------------------------------------- every study, end to end
+# A study that only validates can still rot: a sampler setting that crashes fit-sampler on the
+# study's kind of data, a featurizer dimension above what the data allows. Each study runs every
+# stage in-process on a small generated dataset of its own kind (XC text files, a CIFAR-format
+# tarball, the synthetic generator, the smallest embedded GeoNames file), scaled down (rows,
+# dimensions, steps) but with its own losses, samplers, models and options.
+
+SMALL_TRAIN = {
+    "epochs": 1,
+    "max_steps": 6,
+    "batch_size": 32,
+    "eval_every": 3,
+    "val_rows": 64,
+    "checkpoint_every": 1000,
+}
+
+
+def _xc_legacy(rows: list[tuple[list[int], dict[int, float]]], dim: int, labels: int) -> str:
+    """The repository's legacy text format: a header, then `l1,l2 f:v f:v` (labels may be
+    absent: the row starts with a space)."""
+    lines = [f"{len(rows)} {dim} {labels}"]
+    for ids, feats in rows:
+        tokens = " ".join(f"{f}:{v:g}" for f, v in sorted(feats.items()))
+        lines.append(f"{','.join(map(str, ids))} {tokens}")
+    return "\n".join(lines) + "\n"
+
+
+def _eurlex_archive(tmp_path: Path) -> Path:
+    import zipfile
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    dim, labels = 60, 25
+
+    def rows(n: int, unseen: bool) -> list[tuple[list[int], dict[int, float]]]:
+        out = []
+        for i in range(n):
+            ids = {int(rng.zipf(1.6)) % (labels - 1) for _ in range(rng.integers(0, 4))}
+            # The last label only in test rows, as real XC test sets have labels no training
+            # row carries: a proposal without smoothing gives it q = 0.
+            ids = sorted(ids | ({labels - 1} if unseen and i % 10 == 0 else set()))
+            feats = {int(f): float(rng.integers(1, 5)) for f in rng.choice(dim, 8, replace=False)}
+            for label in ids:  # features that carry the labels, so there is something to learn
+                feats[label] = feats.get(label, 0.0) + 3.0
+            out.append((ids if i % 17 else [], feats))  # some label-less rows, as XC has
+        return out
+
+    archive = tmp_path / "Eurlex.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("Eurlex/eurlex_train.txt", _xc_legacy(rows(400, False), dim, labels))
+        zf.writestr("Eurlex/eurlex_test.txt", _xc_legacy(rows(120, True), dim, labels))
+    return archive
+
+
+def _cifar_archive(tmp_path: Path, monkeypatch) -> None:
+    """A CIFAR-10 tarball in the real layout (Python 2 pickles), 40 training images a class,
+    with the dataset's md5 and row counts pinned to it."""
+    import dataclasses
+
+    import numpy as np
+    from test_cifar import CIFAR10_NAMES, batch, build, make_images, md5, py2_pickle
+
+    from tailkit.download import CACHE_ENV
+    from tailkit.plugins.datasets import cifar
+
+    per_batch, test_rows, folder = 80, 100, "cifar-10-batches-py"
+    images = make_images(5 * per_batch + test_rows, seed=0)
+    labels = np.arange(images.shape[0]) % 10
+    members = {}
+    for b in range(5):
+        rows = slice(b * per_batch, (b + 1) * per_batch)
+        members[f"{folder}/data_batch_{b + 1}"] = batch(
+            images[rows], {b"labels": labels[rows].tolist()}, f"training batch {b + 1}"
+        )
+    members[f"{folder}/test_batch"] = batch(
+        images[5 * per_batch :], {b"labels": labels[5 * per_batch :].tolist()}, "testing batch 1"
+    )
+    members[f"{folder}/batches.meta"] = py2_pickle(
+        {b"label_names": [n.encode() for n in CIFAR10_NAMES], b"num_vis": 3072}
+    )
+    fixture = type("F", (), {"members": members})
+    archive = build(tmp_path / "cifar-10-python.tar.gz", fixture, folder)
+    spec = dataclasses.replace(cifar.ARCHIVES["cifar10"], md5=md5(archive))
+    monkeypatch.setitem(cifar.ARCHIVES, "cifar10", spec)
+    monkeypatch.setattr(cifar, "EXPECTED_ROWS", {"train": 5 * per_batch, "test": test_rows})
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "download-cache"))
+    return archive
+
+
+def _small(study: dict, tmp_path: Path, monkeypatch) -> dict:
+    """The study scaled down to seconds, on a generated dataset of its kind."""
+    import copy
+
+    p = copy.deepcopy(study)
+    name = p["dataset"]["name"]
+    if name == "synthetic":
+        p["dataset"].update(num_classes=40, num_examples=1500, dim=8)
+    elif name == "geonames":
+        p["dataset"]["file"] = "cities15000"  # the smallest embedded file
+    elif name == "eurlex-4k":
+        p["dataset"].update(path=str(_eurlex_archive(tmp_path)), check_stats=False)
+    elif name == "cifar10":
+        p["dataset"]["path"] = str(_cifar_archive(tmp_path, monkeypatch))
+        p["subsample"]["imbalance_ratio"] = min(p["subsample"].get("imbalance_ratio", 10), 10)
+    else:
+        raise AssertionError(f"no small dataset of the kind of {name!r}: add one here")
+    p["train"] = {**p.get("train", {}), **SMALL_TRAIN}
+    p["evaluate"] = {**p.get("evaluate", {}), "batch_size": 256, "label_chunk": 16}
+    for spec in p["featurize"].values():
+        for key in ("dim", "num_features"):
+            if isinstance(spec.get(key), int):
+                spec[key] = min(spec[key], 16)
+    for spec in p.get("samplers", {}).values():
+        if isinstance(spec.get("k"), int):
+            spec["k"] = min(spec["k"], 4)
+    for spec in p["experiments"].values():
+        for key, small in (("epochs", 1), ("max_steps", 6), ("batch_size", 32), ("negatives", 8)):
+            if isinstance(spec.get(key), int):
+                spec[key] = min(spec[key], small)
+        model = spec.get("model", {})
+        if isinstance(model.get("dim"), int):
+            model["dim"] = min(model["dim"], 16)
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_study_runs_end_to_end(path: Path, tmp_path: Path, monkeypatch) -> None:
+    """Every stage of the study, in-process, on its small dataset: a crash anywhere fails."""
+    import json
+
+    import yaml
+
+    from tailkit.params import parse_params
+    from tailkit.paths import Layout
+    from tailkit.stages import download, evaluate, featurize, fit_sampler, report, subsample, train
+
+    study = yaml.safe_load(path.read_text())
+    small = _small(study, tmp_path, monkeypatch)
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    params, layout, registry = parse_params(small, str(path)), Layout(), make_registry()
+    download.run(params, layout, registry)
+    subsample.run(params, layout, registry)
+    for key in params.featurize:
+        featurize.run(params, layout, registry, key)
+    if params.samplers:
+        fit_sampler.run(params, layout, registry)
+        json.loads(layout.sampler_metrics.read_text())  # strict JSON
+    for name in params.experiments:
+        train.run(params, layout, registry, name)
+        metrics = evaluate.run(params, layout, registry, name)
+        assert metrics, name
+        json.loads(layout.metrics(name).read_text())
+    report.run(params, layout, draw=False)
+    assert (project / "reports" / "summary.md").read_text().count("|") > 10
