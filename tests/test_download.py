@@ -3,22 +3,32 @@
 The server speaks the parts of HTTP the downloader relies on: ``Range: bytes=N-`` answered with
 ``206`` and ``Content-Range`` (or ignored, answering ``200``), ``416`` past the end, and a
 transfer cut short after a given number of bytes, as a dropped connection does.
+
+The ``download`` stage's own concurrency (two ``tailkit download`` runs in one project) is tested
+at the end with a dataset that writes files locally.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import multiprocessing
+import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tailkit.download import CACHE_ENV, download_cache, fetch_url, parse_hash, verify_file
 from tailkit.errors import DataValidationError
+from tailkit.paths import Layout
+from tailkit.stages import download as download_stage
 
 PAYLOAD = bytes(range(256)) * 40 + b"tail"  # 10,244 bytes, so cuts land mid-file
 SHA = "sha256:" + hashlib.sha256(PAYLOAD).hexdigest()
@@ -263,3 +273,86 @@ def test_verify_file(tmp_path: Path):
 def test_malformed_pins_are_refused(pin: str, tmp_path: Path):
     with pytest.raises(ValueError, match="expected 'md5"):
         verify_file(tmp_path, pin)
+
+
+FILES = 200  # per fetch: enough that replacing data/raw takes a while
+
+
+class _SlowDataset:
+    """Writes FILES files, then waits (up to a second) for a second fetch to start.
+
+    Two fetches at once is what the stage's lock must prevent; without it both runs get here
+    together, then replace data/raw at the same moment, as two racing downloads did (issue 19).
+    """
+
+    def __init__(self, shared) -> None:
+        self.shared = shared
+
+    def fetch(self, dest: Path) -> None:
+        active, peak, calls = self.shared
+        with calls.get_lock():
+            calls.value += 1
+            active.value += 1
+            peak.value = max(peak.value, active.value)
+        for i in range(FILES):
+            (dest / f"{i}.txt").write_text(str(os.getpid()))
+        deadline = time.monotonic() + 1.0
+        while calls.value < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with calls.get_lock():
+            active.value -= 1
+
+
+class _Registry:
+    def __init__(self, shared) -> None:
+        self.shared = shared
+
+    def build(self, kind: str, spec: dict, key: str) -> _SlowDataset:
+        return _SlowDataset(self.shared)
+
+
+def _download(root: Path, spec: dict, shared) -> None:
+    download_stage.run(SimpleNamespace(dataset=spec), Layout(root), _Registry(shared))
+
+
+def _shared(context):
+    return tuple(context.Value("i", 0) for _ in range(3))  # active, peak, calls
+
+
+@pytest.mark.skipif(os.name == "nt", reason="fork")
+def test_concurrent_download_stages_take_turns_and_reuse_the_result(tmp_path: Path, capfd):
+    context = multiprocessing.get_context("fork")
+    spec = {"name": "slow", "version": 2}
+    # An earlier download (other params) with many files: replacing it is what used to race.
+    old = tmp_path / "data" / "raw" / "slow"
+    old.mkdir(parents=True)
+    for i in range(2000):
+        (old / f"old-{i}.txt").write_text("old")
+    shared = _shared(context)
+    runs = [context.Process(target=_download, args=(tmp_path, spec, shared)) for _ in range(2)]
+    for p in runs:
+        p.start()
+    for p in runs:
+        p.join(60)
+    _active, peak, calls = shared
+    assert [p.exitcode for p in runs] == [0, 0]
+    assert peak.value == 1  # never two fetches at once
+    assert calls.value == 1  # the second run kept what the first published while it waited
+    raw = tmp_path / "data" / "raw"
+    assert sorted(p.name for p in raw.iterdir()) == ["dataset.json", "slow"]
+    assert len(list((raw / "slow").iterdir())) == FILES
+    assert json.loads((raw / "dataset.json").read_text()) == spec
+    # Beside data/raw, not in it (data/ is git-ignored); no temporary left behind.
+    assert sorted(p.name for p in raw.parent.iterdir()) == [".raw.lock", "raw"]
+    assert "another process is writing" in capfd.readouterr().err
+
+
+def test_download_stage_fetches_again_when_nobody_else_is_writing(tmp_path: Path):
+    """An existing data/raw with the same params is not reused: DVC re-runs the stage when the
+    dataset's code changed, and only a fetch brings that change in."""
+    context = multiprocessing.get_context()
+    shared = _shared(context)
+    spec = {"name": "slow", "version": 1}
+    _download(tmp_path, spec, shared)
+    _download(tmp_path, spec, shared)
+    assert shared[2].value == 2
