@@ -25,12 +25,13 @@ real-looking embeddings, against 0.92× / 0.63× without it); Parquet stores uin
 the split turns the three zero bytes of each value into streams zstd removes (so an image file is
 about its raw pixel size, against 1.36× with PLAIN). Sparse ``idx`` is DELTA_BINARY_PACKED (sorted
 ids), ``val`` BYTE_STREAM_SPLIT. Statistics only for the integer columns (min/max of a list
-column is useless). Row groups hold 65,536 rows. The Parquet key-value metadata key
-``b"tailkit"`` holds a JSON object: the caller's ``metadata`` plus ``dim`` (D; H·W·3 for
-images) and ``num_rows`` (N), and for the image and sparse kinds ``kind`` (and ``shape``,
-``nnz``), readable without touching the data (:func:`read_metadata`). A dense file carries no
-``kind`` key, so its bytes are what they were before the other kinds existed; no ``kind`` reads
-as dense.
+column is useless). Row groups hold 65,536 rows. Every page carries a CRC-32, verified on read
+(:mod:`tailkit.parquet`): a flipped bit is a one-line error naming the file and ``dvc repro
+featurize@<set>``, not wrong features. The Parquet key-value metadata key ``b"tailkit"``
+holds a JSON object: the caller's ``metadata`` plus ``dim`` (D; H·W·3 for images) and
+``num_rows`` (N), and for the image and sparse kinds ``kind`` (and ``shape``, ``nnz``),
+readable without touching the data (:func:`read_metadata`). A dense file carries no ``kind``
+key, so its metadata is what it was before the other kinds existed; no ``kind`` reads as dense.
 
 Note that pyarrow's ``use_byte_stream_split`` takes *leaf* column paths: ``["x"]`` is silently
 ignored for a list column, the leaf is ``"x.list.element"``.
@@ -63,6 +64,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 import torch
 
+from tailkit import parquet
 from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
@@ -230,7 +232,7 @@ def write_features(
     else:
         encoding = {"use_byte_stream_split": [X_LEAF]}
     with atomic_path(path) as tmp:
-        pq.write_table(
+        parquet.write_table(  # with page checksums, verified by read_features
             table,
             tmp,
             compression="zstd",
@@ -241,6 +243,11 @@ def write_features(
         )
 
 
+def _stage(path: Path) -> str:
+    """The stage that rebuilds a feature file: featurize writes ``data/features/<set>/``."""
+    return f"featurize@{path.parent.name}"
+
+
 def _schema(path: Path) -> pa.Schema:
     """The file's Arrow schema (reads only the footer); bad files become DataValidationError."""
     if not path.is_file():
@@ -248,7 +255,7 @@ def _schema(path: Path) -> pa.Schema:
     try:
         return pq.read_schema(path)
     except (pa.ArrowException, OSError) as exc:
-        raise DataValidationError(f"{path}: not a readable Parquet file ({exc})") from exc
+        raise parquet.unreadable(str(path), _stage(path), exc) from exc
 
 
 def _decode_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
@@ -398,10 +405,12 @@ def read_features(
             raise DataValidationError(
                 f"{path}: column {name!r} has type {actual}; expected {expected[name]}"
             )
+    # Verifying the page checksums keeps the zero-copy route: the CRC is checked over the
+    # mmapped page bytes before they are decoded into the private buffers x views.
     try:
-        table = pq.read_table(path, columns=stored, memory_map=True)
-    except (pa.ArrowException, OSError) as exc:
-        raise DataValidationError(f"{path}: cannot read feature data ({exc})") from exc
+        table = parquet.read_table(path, str(path), _stage(path), columns=stored, memory_map=True)
+    except FileNotFoundError as exc:  # removed since _schema looked
+        raise DataValidationError(f"{path}: feature file not found") from exc
     if table.num_rows != n:
         raise DataValidationError(f"{path}: {table.num_rows} rows but the metadata says {n}")
 

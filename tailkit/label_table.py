@@ -2,10 +2,11 @@
 (``labels.parquet``) and evaluation's per-class results (``per_class.parquet``).
 
 A label table is a polars frame with one row per label, sorted by the ``label`` column (int64
-ids 0..C−1, each exactly once), written with zstd and optional string key-value metadata
-(e.g. the key of the data an evaluation ran on). One reader checks what every consumer relies
-on — the file is Parquet, has the columns asked for, and its ids cover 0..C−1 once each — and
-turns each failure into one line naming the file and the ``dvc repro`` target that rebuilds it.
+ids 0..C−1, each exactly once), written with zstd, page checksums (:mod:`tailkit.parquet`)
+and optional string key-value metadata (e.g. the key of the data an evaluation ran on). One
+reader checks what every consumer relies on — the file is Parquet, its pages match their
+checksums, it has the columns asked for, and its ids cover 0..C−1 once each — and turns each
+failure into one line naming the file and the ``dvc repro`` target that rebuilds it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import IO
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
+from tailkit import parquet
 from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
 
@@ -29,10 +32,14 @@ def write_label_table(path: Path, frame: pl.DataFrame, metadata: dict[str, str] 
     ids = frame[ID].to_numpy()
     if not np.array_equal(ids, np.arange(len(ids))):
         raise ValueError(f"{path}: a label table's ids must be 0..{len(ids) - 1} in order")
+    table = frame.to_arrow()
+    if metadata:  # Parquet key-value metadata, as polars' write_parquet(metadata=...) wrote it
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
     with atomic_path(path) as tmp:
-        # no statistics: min/max of every column would only grow the file, nobody filters on
-        # them, and Parquet files stay byte-identical across polars versions more often
-        frame.write_parquet(tmp, compression="zstd", statistics=False, metadata=metadata)
+        # pyarrow, not polars' write_parquet: polars cannot write page checksums. No
+        # statistics: min/max of every column would only grow the file, nobody filters on
+        # them, and the bytes stay identical across library versions more often
+        parquet.write_table(table, tmp, compression="zstd", write_statistics=False)
 
 
 def read_label_table(
@@ -49,14 +56,15 @@ def read_label_table(
     if isinstance(source, Path) and not source.exists():
         raise DataValidationError(f"{name}: missing; run `dvc repro {producer}` first")
     wanted = None if columns is None else list(dict.fromkeys([ID, *columns]))
-    try:
-        frame = pl.read_parquet(_readable(source), columns=wanted)
-    except pl.exceptions.ColumnNotFoundError as exc:
-        raise DataValidationError(f"{name}: lacks a column of {wanted} ({rebuild})") from exc
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        message = f"{name}: not a readable Parquet file ({reason}); {rebuild}"
-        raise DataValidationError(message) from exc
+    # pyarrow, which verifies the page checksums (tailkit/parquet.py); polars cannot
+    with parquet.open_file(_readable(source), name, producer) as file:
+        # ParquetFile.read silently skips a column the file lacks: check the names first
+        if wanted is not None and not set(wanted) <= set(file.schema_arrow.names):
+            raise DataValidationError(f"{name}: lacks a column of {wanted} ({rebuild})")
+        try:
+            frame = pl.from_arrow(file.read(columns=wanted))
+        except (OSError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
+            raise parquet.unreadable(name, producer, exc) from exc
     try:
         check_ids(frame, name, num_labels)
     except DataValidationError as exc:

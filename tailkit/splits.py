@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from tailkit import parquet
 from tailkit.label_table import read_label_table, write_label_table
 from tailkit.paths import require
 
@@ -36,12 +36,14 @@ def write_split(path: Path, rows: np.ndarray, labels: np.ndarray | LabelSets) ->
     multi = isinstance(labels, LabelSets)
     column = labels.to_arrow() if multi else pa.array(labels, pa.int64())
     table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": column})
-    pq.write_table(table, path, compression="zstd")
+    parquet.write_table(table, path, compression="zstd")  # with page checksums
 
 
 def read_split(split_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray | LabelSets]:
-    """Row ids and labels of a split: (N,) int64 ids, or :class:`LabelSets` for multi-label."""
-    table = pq.read_table(split_dir / f"{name}.parquet")
+    """Row ids and labels of a split: (N,) int64 ids, or :class:`LabelSets` for multi-label.
+    A corrupt file (a page failing its checksum, say) is one line naming it and its stage."""
+    path = split_dir / f"{name}.parquet"
+    table = parquet.read_table(path, str(path), _producer(split_dir))
     column = table["label"].combine_chunks()
     if pa.types.is_list(column.type):
         from tailkit.labels import LabelSets

@@ -348,3 +348,55 @@ def test_inconsistent_image_metadata_is_rejected(tmp_path: Path) -> None:
     )
     with pytest.raises(DataValidationError, match=r"column 'x' has type"):
         read_features(path)
+
+
+def _flip_bit_in_last_page(path: Path, column: str) -> None:
+    """Flip one bit in the last byte of ``column``'s chunk in row group 0: the end of its last
+    data page's body, past the page header (which the page checksum does not cover)."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    names = [meta.column(i).path_in_schema.split(".")[0] for i in range(meta.num_columns)]
+    chunk = meta.column(names.index(column))
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    end = start + chunk.total_compressed_size
+    assert end - 1 > chunk.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[end - 1] ^= 0x08
+    path.write_bytes(bytes(data))
+
+
+# row_id: random ids are incompressible, so zstd stores the page as a raw block and the flip
+# decodes to a wrong id with no error at all: only the page checksum catches it. label and x
+# compress: there the flip would also break zstd, but the checksum is checked first.
+@pytest.mark.parametrize("column", ["row_id", "label", "x"])
+def test_a_flipped_bit_in_a_page_names_the_file_and_the_featurize_stage(
+    tmp_path: Path, column: str
+) -> None:
+    rng = np.random.default_rng(0)
+    n = 2000
+    x = rng.standard_normal((n, 8), dtype=np.float32)
+    row_ids = rng.integers(0, 2**62, n)
+    path = tmp_path / "features" / "rff" / "train.parquet"
+    write_features(path, x, rng.integers(0, 10, n), row_ids, {})
+    _flip_bit_in_last_page(path, column)
+    if column == "row_id":  # without verification the damage goes unnoticed
+        silent = pq.read_table(path, columns=["row_id"])["row_id"].to_numpy()
+        assert (silent != row_ids).sum() == 1
+    with pytest.raises(DataValidationError) as caught:
+        read_features(path)
+    assert str(caught.value) == (
+        f"{path}: not a readable Parquet file (could not verify page integrity, CRC checksum "
+        "verification failed for page_ordinal 0); rebuild it with `dvc repro featurize@rff`"
+    )
+    # a projection that skips the damaged column still reads
+    others = [c for c in ("row_id", "label") if c != column]
+    assert read_features(path, columns=others).num_rows == n
+
+
+def test_files_without_page_checksums_still_read(tmp_path: Path) -> None:
+    """Feature files written before checksums existed carry none; pyarrow skips the check."""
+    x, labels, row_ids = _data(50, 3)
+    path = tmp_path / "f.parquet"
+    write_features(path, x, labels, row_ids, {})
+    table = pq.read_table(path)
+    pq.write_table(table, path, compression="zstd", write_page_checksum=False)
+    np.testing.assert_array_equal(read_features(path).x.numpy(), x)

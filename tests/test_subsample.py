@@ -279,3 +279,44 @@ def test_an_empty_multilabel_train_split_is_refused(tmp_path):
 def test_small_but_complete_splits_are_written(tmp_path):
     meta = _stage(tmp_path, _raw(np.repeat(np.arange(3), 5)), val_fraction=0.2, test_fraction=0.2)
     assert [int(meta[f"{s}_counts"].sum()) for s in ("train", "val", "test")] == [9, 3, 3]
+
+
+def _flip_bit_in_last_page(path, column):
+    """Flip one bit in the last byte of ``column``'s chunk in row group 0: the end of its last
+    data page's body, past the page header (which the page checksum does not cover)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    chunk = meta.column([meta.column(i).path_in_schema for i in range(2)].index(column))
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    end = start + chunk.total_compressed_size
+    assert end - 1 > chunk.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[end - 1] ^= 0x08
+    path.write_bytes(bytes(data))
+
+
+# row_id: random ids are incompressible, so zstd stores the page as a raw block and the flip
+# decodes to a wrong id with no error at all: only the page checksum catches it. label
+# compresses: there the flip would also break zstd, but the checksum is checked first.
+@pytest.mark.parametrize("column", ["row_id", "label"])
+def test_a_flipped_bit_in_a_split_file_names_it_and_the_subsample_stage(tmp_path, column):
+    import pyarrow.parquet as pq
+
+    from tailkit.splits import read_split, write_split
+
+    rng = np.random.default_rng(0)
+    rows, labels = rng.integers(0, 2**62, 2000), rng.integers(0, 10, 2000)
+    split_dir = tmp_path / "data" / "split"
+    split_dir.mkdir(parents=True)
+    path = split_dir / "train.parquet"
+    write_split(path, rows, labels)
+    _flip_bit_in_last_page(path, column)
+    if column == "row_id":  # without verification the damage goes unnoticed
+        assert (pq.read_table(path)["row_id"].to_numpy() != rows).sum() == 1
+    with pytest.raises(DataValidationError) as caught:
+        read_split(split_dir, "train")
+    assert str(caught.value) == (
+        f"{path}: not a readable Parquet file (could not verify page integrity, CRC checksum "
+        "verification failed for page_ordinal 0); rebuild it with `dvc repro subsample`"
+    )

@@ -32,8 +32,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from tailkit import parquet
 from tailkit.atomic import atomic_path, write_json
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
@@ -264,7 +264,7 @@ def _write(
     )
     dest.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest / INDEX) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        parquet.write_table(table, tmp, compression="zstd")  # with page checksums
     write_json(
         dest / SOURCE,
         {
@@ -312,9 +312,12 @@ def load_index(dataset: str, raw_dir: Path, root: str | None) -> RawData:
     source, index = raw_dir / SOURCE, raw_dir / INDEX
     try:
         meta = json.loads(source.read_text())
-        table = pq.read_table(index)
+        # a page failing its checksum: one line naming the file and `dvc repro download`
+        table = parquet.read_table(index, str(index), "download")
     except FileNotFoundError as exc:
         raise DataValidationError(f"{exc.filename}: not found; run the fetch stage first") from exc
+    except DataValidationError:  # already one line naming the index (a ValueError too)
+        raise
     except (ValueError, pa.ArrowException, OSError) as exc:
         raise DataValidationError(f"{raw_dir}: unreadable index ({exc})") from exc
     if not isinstance(meta, dict) or meta.get("dataset") != dataset:
