@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
@@ -15,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
 from tailkit.errors import DataValidationError, InvalidParameterError
@@ -199,6 +202,240 @@ def test_broken_files_name_file_and_line(text: str, kind: xc.Kind, message: str)
     with pytest.raises(DataValidationError, match=message) as err:
         _parse(text, kind, "f")
     assert "\n" not in str(err.value)
+
+
+# --- reading rules (module docstring): no token dropped, no lone \r, each row by its own form ---
+
+
+def _parse_in_blocks(data: bytes, kind: xc.Kind, chunk: int, where: str = "f") -> xc.Parsed:
+    """parse_file reading ``chunk`` bytes at a time, so blocks end where the test wants."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(xc, "_CHUNK", chunk)
+        return parse_file(io.BytesIO(data), kind, where)
+
+
+@pytest.mark.parametrize(
+    ("data", "kind", "chunk", "message"),
+    [
+        # No colon anywhere in the file: the colon-less token used to vanish.
+        (b"1 8 4\n0 5\n", "legacy", 1 << 20, "f:2: malformed token '5'; expected feature:value"),
+        (b"1 8\n7\n", "features", 1 << 20, "f:2: malformed token '7'; expected feature:value"),
+        # The bad row alone in its block: read as "label 1, no features" before.
+        (b"2 8 4\n0 1:1\n1 5\n", "legacy", 4, "f:3: malformed token '5'; expected feature:value"),
+    ],
+    ids=["legacy-file", "features-file", "alone-in-its-block"],
+)
+def test_f1_token_without_colon_names_its_line(
+    data: bytes, kind: xc.Kind, chunk: int, message: str
+) -> None:
+    with pytest.raises(DataValidationError) as err:
+        _parse_in_blocks(data, kind, chunk)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (b"1 8 4\n0 1:2\r3\n", 2),  # was read as feature 1 = 23.0
+        (b"2 8 4\r\n0 1:1\r\n1 2:1\r", 3),  # the last line has no newline for its \r
+        (b"2 8 4\n0 1:1\r\r\n1 2:1\n", 2),  # one \r of two before the newline is lone
+        (b"1 8 4\r0 1:1\n", 1),  # classic Mac line ending
+    ],
+    ids=["inside-a-token", "at-end-of-file", "cr-cr-lf", "cr-line-ending"],
+)
+def test_f2_lone_carriage_return_names_its_line(data: bytes, line: int) -> None:
+    for chunk in (1, 3, 1 << 20):  # wherever the \r falls relative to a block's end
+        with pytest.raises(DataValidationError) as err:
+            _parse_in_blocks(data, "legacy", chunk)
+        assert str(err.value) == (
+            f"f:{line}: carriage return (\\r) not followed by a newline; lines must end in \\n "
+            "or \\r\\n"
+        )
+    crlf = LEGACY_TRAIN.replace("\n", "\r\n").encode()  # \r\n is a line ending, even split
+    plain = _parse(LEGACY_TRAIN)
+    for chunk in (1, 2, 5, 1 << 20):
+        parsed = _parse_in_blocks(crlf, "legacy", chunk)
+        for part in ("feat_counts", "feat_ids", "feat_vals", "label_counts", "label_ids"):
+            np.testing.assert_array_equal(getattr(parsed, part), getattr(plain, part))
+        assert parsed.sha256 == hashlib.sha256(crlf).hexdigest()
+
+
+def test_f3_label_row_form_is_read_per_row_at_any_block_size() -> None:
+    """A *_X_Y.txt row is l:v pairs if it has a colon, else a comma list, whatever came before.
+
+    The form used to be guessed once from the first non-blank row met, so a blank first block
+    made " " an error, and a comma row after pair rows was an error or, alone in its block, read
+    as no labels."""
+    data = b"5 4\n \n0:1 3:0.5\n0,2\n\t1 \n\n"
+    for chunk in [*range(1, len(data) + 1), 1 << 20]:
+        parsed = _parse_in_blocks(data, "labels", chunk)
+        assert parsed.rows == 5
+        assert parsed.label_counts.tolist() == [0, 2, 2, 1, 0], chunk
+        assert parsed.label_ids.tolist() == [0, 3, 0, 2, 1], chunk
+    with pytest.raises(DataValidationError) as err:
+        _parse_in_blocks(b"2 4\n0:1\n0,1 2\n", "labels", 3)
+    assert str(err.value) == (
+        "f:3: malformed label list '0,1 2'; expected l1,l2,... (0-based integer ids) or l:v pairs"
+    )
+
+
+# --- fuzz: the blocked Arrow parser against a plain line-by-line reading of the same rules ---
+
+_D, _L = 8, 4
+_INT = rb"-?[0-9]+"
+_FLOAT = rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+
+
+def _reference_row(line: bytes, kind: str) -> tuple[list[tuple[int, float]], list[int]]:
+    """One row read by the documented rules alone; ValueError when the row breaks one."""
+    tokens = [t for t in re.split(rb"[ \t]+", line) if t]
+    labels: list[int] = []
+    if kind == "labels" and tokens and b":" not in line:
+        if len(tokens) != 1 or not re.fullmatch(rb"[0-9]+(?:,[0-9]+)*", tokens[0]):
+            raise ValueError("label list")
+        return [], [_in_range(int(t), _L) for t in tokens[0].split(b",")]
+    first = tokens[0] if tokens and line[:1] not in b" \t" else b""
+    if kind == "legacy" and re.fullmatch(rb"[0-9,]+", first):
+        if not re.fullmatch(rb"[0-9]+(?:,[0-9]+)*", tokens[0]):
+            raise ValueError("label list")
+        labels = [_in_range(int(t), _L) for t in tokens[0].split(b",")]
+        tokens = tokens[1:]
+    pairs = []
+    for token in tokens:
+        match = re.fullmatch(rb"(" + _INT + rb"):(" + _FLOAT + rb")", token)
+        if match is None:
+            raise ValueError("token")
+        key, value = int(match[1]), float(match[2])
+        if kind == "labels":
+            if not np.isfinite(value):
+                raise ValueError("weight")
+            labels.append(_in_range(key, _L))
+        else:
+            with np.errstate(over="ignore"):
+                value = np.float32(value)
+            if not np.isfinite(value):
+                raise ValueError("value")
+            pairs.append((_in_range(key, _D), float(value)))
+    return pairs, labels
+
+
+def _in_range(value: int, limit: int) -> int:
+    if not 0 <= value < limit:
+        raise ValueError("range")
+    return value
+
+
+def _reference(data: bytes, kind: str) -> list[tuple[list[tuple[int, float]], list[int]]] | set:
+    """The rows of an XC file read line by line, or the set of its lines at fault (1-based)."""
+    pieces = data.split(b"\n")
+    lines, bad = [], set()
+    for number, piece in enumerate(pieces, 1):
+        if number == len(pieces) and not piece:
+            break  # a final newline ends the last line; it does not start another
+        if number < len(pieces) and piece.endswith(b"\r"):
+            piece = piece[:-1]  # \r\n
+        if b"\r" in piece:
+            bad.add(number)
+        lines.append(piece)
+    if not lines:
+        return {1}
+    fields = lines[0].split()
+    width = 3 if kind == "legacy" else 2
+    well_formed = len(fields) == width and all(f.isdigit() for f in fields)
+    if not well_formed or int(fields[0]) != len(lines) - 1:
+        bad.add(1)
+    rows = []
+    for number, line in enumerate(lines[1:], 2):
+        try:
+            rows.append(_reference_row(line, kind))
+        except ValueError:
+            bad.add(number)
+    return bad or rows
+
+
+_VALUES = ["1", "0.5", "-2", "1e-3", "2.5E2", ".5", "3.", "1.e2", "-.25", "1e-50"]
+_BAD_VALUES = ["1e39", "inf", "nan", "x", "", "1e", "0x1"]
+_BAD_TOKENS = ["7", "x", ":1", "1:", "1:2:3", "1,2", "+1:1", "1:2\r3", "1:1\x0b2:1", "0,1:1"]
+_LABEL_LISTS = ["0", "3", "1,3", "2,0,2", "003"]
+_BAD_LABEL_LISTS = ["4", "0,,1", "1,", ",1", "1.5", "-1", "-0", "0,1 2"]
+_SEPARATORS = st.sampled_from([" ", " ", "\t", "  ", " \t"])
+
+
+@st.composite
+def _xc_files(draw) -> tuple[bytes, str]:
+    """A small XC file of one kind: clean, or with a few flaws (a token without a colon, a lone
+    \\r, an id out of range, a bad label list, a wrong row count) among good rows."""
+    kind = draw(st.sampled_from(["legacy", "features", "labels"]))
+    flawed = draw(st.booleans())
+
+    def pick(good: list[str], bad: list[str]) -> st.SearchStrategy[str]:
+        if not flawed:
+            return st.sampled_from(good)
+        # About one pick in six is bad, so that faults sit among good lines and blocks.
+        return st.one_of(*[st.sampled_from(good)] * 5, st.sampled_from(bad))
+
+    limit = _L if kind == "labels" else _D
+    ids = pick([str(i) for i in range(limit)], ["-1", str(limit), "99"])
+    pair = st.builds("{}:{}".format, ids, pick(_VALUES, _BAD_VALUES))
+    token = pick(["pair"], ["bad"]).flatmap(
+        lambda which: pair if which == "pair" else st.sampled_from(_BAD_TOKENS)
+    )
+    label_list = pick(_LABEL_LISTS, _BAD_LABEL_LISTS)
+    rows = []
+    for _ in range(draw(st.integers(0, 10))):
+        form = draw(st.sampled_from(["pairs", "pairs", "list", "bare"]))
+        tokens = draw(st.lists(token, max_size=4)) if form != "bare" else []
+        lead = draw(st.sampled_from(["", "", " ", "\t"]))
+        if kind == "labels" and form == "list":  # the comma-list form of a *_X_Y.txt row
+            tokens = [draw(label_list)]
+        elif kind == "legacy" and form == "list":  # a labelled legacy row: no lead allowed
+            tokens = [draw(label_list), *tokens]
+            lead = draw(pick([""], [" "]))
+        body = "".join((draw(_SEPARATORS) if i else "") + t for i, t in enumerate(tokens))
+        rows.append(lead + body + draw(st.sampled_from(["", "", " "])))
+    count = len(rows) + draw(pick(["0"], ["1", "-1"]).map(int))
+    sizes = f"{_D} {_L}" if kind == "legacy" else str(limit)
+    endings = pick(["\n", "\n", "\r\n"], ["\r", "\r\r\n"])
+    text = "".join(line + draw(endings) for line in [f"{count} {sizes}", *rows])
+    if draw(st.booleans()):
+        text = text.removesuffix("\n")  # a last line without its newline
+    return text.encode(), kind
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_xc_files(), st.sampled_from([1, 2, 3, 5, 8, 13, 40, 1 << 20]))
+def test_fuzz_parse_matches_line_by_line_reference(file: tuple[bytes, str], chunk: int) -> None:
+    """Every file, cut into blocks anywhere, reads as the line-by-line reference reads it, or
+    fails with one line naming the file and a line the reference also finds at fault."""
+    data, kind = file
+    expected = _reference(data, kind)
+    if isinstance(expected, set):
+        with pytest.raises(DataValidationError) as err:
+            _parse_in_blocks(data, kind, chunk, "fuzz.txt")
+        message = str(err.value)
+        assert "\n" not in message
+        match = re.match(r"fuzz\.txt:(\d+): ", message)
+        assert match is not None and int(match[1]) in expected, (message, expected)
+        return
+    parsed = _parse_in_blocks(data, kind, chunk, "fuzz.txt")
+    assert parsed.rows == len(expected)
+    features = [pair for pairs, _ in expected for pair in pairs]
+    labels = [label for _, row_labels in expected for label in row_labels]
+    if kind != "labels":
+        assert _listed(parsed.feat_counts) == [len(pairs) for pairs, _ in expected]
+        assert _listed(parsed.feat_ids) == [i for i, _ in features]
+        assert _listed(parsed.feat_vals) == [v for _, v in features]  # float32 values, exactly
+    else:
+        assert parsed.feat_counts is None
+    if kind != "features":
+        assert _listed(parsed.label_counts) == [len(row_labels) for _, row_labels in expected]
+        assert _listed(parsed.label_ids) == labels
+    else:
+        assert parsed.label_counts is None
+
+
+def _listed(part: np.ndarray | None) -> list:
+    return [] if part is None else part.tolist()  # a file with no rows has no parts
 
 
 # --- fetch and load ---------------------------------------------------------------------------

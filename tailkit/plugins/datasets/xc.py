@@ -1,4 +1,4 @@
-"""Extreme Classification Repository datasets (manikvarma.org/downloads/XC/XMLRepository.html).
+r"""Extreme Classification Repository datasets (manikvarma.org/downloads/XC/XMLRepository.html).
 
 The repository's hosts are Google Drive links that need a browser or ``gdown``, so nothing here
 downloads: the user downloads the archive once and sets ``path`` to it (or to a folder holding
@@ -20,6 +20,22 @@ Two text formats (datasets-metrics.md §1.1, §1.2), all ids 0-based:
 * split: ``trn_X_Xf.txt`` / ``tst_X_Xf.txt`` (header ``N D``, rows ``f:v ...``) and
   ``trn_X_Y.txt`` / ``tst_X_Y.txt`` (header ``N L``, rows ``l:v ...``, where v is a relevance
   weight, or the comma list ``l1,l2,...``; an empty line is a row without labels).
+
+The rules the parser applies, the same to every line of a file: the file is read in blocks of
+``_CHUNK`` bytes, and no rule looks beyond the row it reads, so none depends on where a block
+starts. A line that breaks one is an error naming the file and the 1-based line.
+
+* Lines end in ``\n`` or ``\r\n``. Any other ``\r`` is an error: deleting it would join the
+  tokens either side (``1:2\r3`` read as feature 1 = 23).
+* Only spaces and tabs separate tokens. Every feature token is ``id:value``: an integer id in
+  ``[0, D)`` and a decimal value that is finite as a float32. A token without a colon is an
+  error, never skipped.
+* Legacy rows: the first token is the row's label list when it holds only digits and commas
+  (it must then be ``l1,l2,...``, ids in ``[0, L)``). A row that starts with a space or tab, or
+  whose first token holds anything else (``f:v``), has no labels; its tokens are all features.
+* ``*_X_Y.txt`` rows: a row with no token has no labels; a row with a colon is ``l:v`` tokens
+  (v a finite weight, then dropped); any other row is one comma list ``l1,l2,...``. Each row
+  is read by its own form, so a file that mixes the two reads the same wherever its blocks end.
 
 Feature ids within a row may be unsorted or repeated in the files: they are sorted and repeated
 ids summed (as pyxclib's ``read_sparse_file(safe_read=False)`` does). Repeated labels count once
@@ -75,6 +91,8 @@ SPLIT_FILES = {
 _CHUNK = 32 << 20  # bytes read per block of lines
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _LABEL_FIELD = r"^[0-9,]+(?:[ \t]|$)"  # a legacy row's label field (absent when row has none)
+_LABEL_LIST = re.compile(rb"[0-9]+(?:,[0-9]+)*")
+_BLANK = b" \t"  # the only token separators, in every kind of file
 _TO_CSV = bytes.maketrans(b" \t:", b"\n\n,")  # "f:v f:v" -> "f,v\nf,v"
 _CSV_PARSE = pcsv.ParseOptions(
     delimiter=",", quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=True
@@ -137,7 +155,6 @@ def parse_file(stream: IO[bytes], kind: Kind, where: str) -> Parsed:
     parts: dict[str, list[np.ndarray]] = {
         k: [] for k in ("feat_counts", "feat_ids", "feat_vals", "label_counts", "label_ids")
     }
-    pair_labels: bool | None = None  # labels files: "l:v" pairs or a comma list, per file
     rows = 0
 
     def chunks() -> Iterator[tuple[int, bytes]]:
@@ -146,14 +163,10 @@ def parse_file(stream: IO[bytes], kind: Kind, where: str) -> Parsed:
         yield from blocks
 
     for lineno, block in chunks():
-        if kind == "labels" and pair_labels is None:
-            first_row = re.search(rb"[^\n]*[^\s][^\n]*", block)
-            if first_row is not None:
-                pair_labels = b":" in first_row.group()
         try:
-            out = _parse_block(block, kind, bool(pair_labels))
+            out = _parse_block(block, kind)
         except (_Malformed, pa.ArrowInvalid) as exc:
-            _diagnose(block, lineno, kind, bool(pair_labels), where)
+            _diagnose(block, lineno, kind, where)
             raise DataValidationError(
                 f"{where}:{lineno}: cannot parse the lines from here on ({_brief(exc)})"
             ) from exc
@@ -200,11 +213,37 @@ def _blocks(stream: IO[bytes], hasher: Any, where: str) -> Iterator[tuple[int, b
             continue
         block, carry = data[:cut], data[cut + 1 :]
         if b"\r" in block:
-            block = block.replace(b"\r", b"")
+            # The newline cut off after the block ends a final "\r\n" too.
+            block = _crlf(block, lineno, where, newline_follows=True)
         yield lineno, block
         lineno += block.count(b"\n") + 1
     if carry:
-        yield lineno, carry.replace(b"\r", b"")
+        if b"\r" in carry:
+            carry = _crlf(carry, lineno, where, newline_follows=False)
+        yield lineno, carry
+
+
+def _crlf(block: bytes, lineno: int, where: str, newline_follows: bool) -> bytes:
+    r"""``block`` with its ``\r\n`` line endings made ``\n``; any other ``\r`` names its line.
+
+    A lone ``\r`` is refused: deleting it joins the tokens either side (``1:2\r3`` read as
+    feature 1 = 23), and reading it as a separator or a line break guesses at the writer's intent.
+    """
+    # numpy finds what follows each \r, then one replace drops them: about twice as fast as
+    # block.replace(b"\r\n", b"\n"), which searches for a two-byte pattern.
+    codes = np.frombuffer(block, dtype=np.uint8)
+    returns = np.flatnonzero(codes == ord("\r"))
+    following = np.full(len(returns), ord("\n") if newline_follows else 0, dtype=np.uint8)
+    inside = returns + 1 < len(codes)
+    following[inside] = codes[returns[inside] + 1]
+    lone = returns[following != ord("\n")]
+    if len(lone):
+        line = lineno + block.count(b"\n", 0, int(lone[0]))
+        raise DataValidationError(
+            f"{where}:{line}: carriage return (\\r) not followed by a newline; lines must end "
+            "in \\n or \\r\\n"
+        )
+    return block.replace(b"\r", b"")
 
 
 def _header(line: bytes, kind: Kind, where: str) -> tuple[int, ...]:
@@ -224,17 +263,11 @@ def _header(line: bytes, kind: Kind, where: str) -> tuple[int, ...]:
     return tuple(int(f) for f in fields)
 
 
-def _parse_block(block: bytes, kind: Kind, pair_labels: bool) -> dict[str, np.ndarray]:
+def _parse_block(block: bytes, kind: Kind) -> dict[str, np.ndarray]:
     lines = pc.split_pattern(pa.array([block], pa.large_binary()), b"\n")[0].values
+    if kind == "labels":
+        return _label_rows(lines)
     out: dict[str, np.ndarray] = {}
-    if kind == "labels" and not pair_labels:
-        pieces = pc.split_pattern(lines, b",")
-        empty = pc.equal(pc.binary_length(lines), 0)
-        counts = pc.if_else(empty, 0, pc.list_value_length(pieces))
-        ids = pc.split_pattern(lines.filter(pc.invert(empty)), b",").flatten()
-        out["label_counts"] = counts.to_numpy(zero_copy_only=False).astype(np.int64)
-        out["label_ids"] = pc.cast(ids, pa.int64()).to_numpy()
-        return out
     if kind == "legacy":
         field = pc.extract_regex(lines, r"^(?P<l>[0-9,]+)(?:[ \t]|$)")
         has = field.is_valid()
@@ -245,58 +278,102 @@ def _parse_block(block: bytes, kind: Kind, pair_labels: bool) -> dict[str, np.nd
         out["label_counts"] = counts
         out["label_ids"] = pc.cast(pieces.flatten(), pa.int64()).to_numpy()
         lines = pc.replace_substring_regex(lines, _LABEL_FIELD, b"")
-    counts = pc.count_substring(lines, b":").to_numpy().astype(np.int64)
-    total = int(counts.sum())
-    if total:
-        sep = pa.scalar(b"\n", pa.large_binary())
-        joined = pc.binary_join_element_wise(lines, sep, pa.scalar(b"", pa.large_binary()))
-        offsets = np.frombuffer(joined.buffers()[1], np.int64)
-        text = joined.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]].translate(_TO_CSV)
-        table = pcsv.read_csv(
-            io.BytesIO(text),
-            read_options=pcsv.ReadOptions(column_names=["i", "v"]),
-            parse_options=_CSV_PARSE,
-            convert_options=_CSV_CONVERT,
-        )
-        if table.num_rows != total:
-            raise _Malformed(f"{table.num_rows} id:value pairs for {total} colons")
-        ids = table.column("i").to_numpy()
-        vals = table.column("v").to_numpy()
-    else:
-        ids, vals = np.zeros(0, np.int64), np.zeros(0, np.float64)
-    if kind == "labels":  # "l:v" pairs; v is a relevance weight, validated then dropped
-        out["label_counts"], out["label_ids"] = counts, ids
-        if not np.isfinite(vals).all():
-            raise _Malformed("non-finite label weight")
-    else:
-        with np.errstate(over="ignore"):
-            out["feat_vals"] = vals.astype(np.float32)
-        out["feat_counts"], out["feat_ids"] = counts, ids
+    counts, ids, vals = _pairs(lines)
+    with np.errstate(over="ignore"):
+        out["feat_vals"] = vals.astype(np.float32)
+    out["feat_counts"], out["feat_ids"] = counts, ids
     return out
 
 
-def _diagnose(block: bytes, first: int, kind: Kind, pair_labels: bool, where: str) -> None:
+def _pairs(lines: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of ``id:value`` tokens: per-row token counts, then every id and value in order."""
+    counts = pc.count_substring(lines, b":").to_numpy().astype(np.int64)
+    total = int(counts.sum())
+    if not total:
+        # The CSV reader below is what refuses a token without a colon, so with no colon at all
+        # such a token must be refused here, or it would vanish without a trace.
+        if pc.any(pc.match_substring_regex(lines, r"[^ \t]")).as_py():
+            raise _Malformed("a token without ':'")
+        return counts, np.zeros(0, np.int64), np.zeros(0, np.float64)
+    sep = pa.scalar(b"\n", pa.large_binary())
+    joined = pc.binary_join_element_wise(lines, sep, pa.scalar(b"", pa.large_binary()))
+    offsets = np.frombuffer(joined.buffers()[1], np.int64)
+    text = joined.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]].translate(_TO_CSV)
+    table = pcsv.read_csv(
+        io.BytesIO(text),
+        # Arrow's CSV thread pool, once torch is imported, made 17 of 20 processes abort at
+        # exit ("terminate called without an active exception", exit 134) after a correct
+        # parse; one thread reads a 23 MB file as fast on two cores (0.25 s either way).
+        read_options=pcsv.ReadOptions(column_names=["i", "v"], use_threads=False),
+        parse_options=_CSV_PARSE,
+        convert_options=_CSV_CONVERT,
+    )
+    # Every CSV row must have two columns, so one row per colon means every token is one pair.
+    if table.num_rows != total:
+        raise _Malformed(f"{table.num_rows} id:value pairs for {total} colons")
+    return counts, table.column("i").to_numpy(), table.column("v").to_numpy()
+
+
+def _label_rows(lines: pa.Array) -> dict[str, np.ndarray]:
+    """Rows of a ``*_X_Y.txt`` file, each read by its own form (module docstring), never by a
+    form guessed for its block: where a block starts must not change how a row reads."""
+    pairs = pc.match_substring(lines, b":").to_numpy(zero_copy_only=False)
+    counts = np.zeros(len(lines), dtype=np.int64)
+    pair_ids = list_ids = np.zeros(0, np.int64)
+    if pairs.any():
+        pair_lines = lines if pairs.all() else lines.filter(pa.array(pairs))
+        pair_counts, pair_ids, weights = _pairs(pair_lines)
+        counts[pairs] = pair_counts
+        if not np.isfinite(weights).all():  # weights are validated, then dropped
+            raise _Malformed("non-finite label weight")
+    if not pairs.all():
+        listed = pc.replace_substring_regex(lines.filter(pa.array(~pairs)), r"^[ \t]+|[ \t]+$", b"")
+        if pc.any(pc.match_substring(listed, b"-")).as_py():
+            raise _Malformed("'-' in a label list")  # the int64 cast would read "-0" as 0
+        blank = pc.equal(pc.binary_length(listed), 0)
+        pieces = pc.split_pattern(listed.filter(pc.invert(blank)), b",")
+        list_counts = np.zeros(len(listed), dtype=np.int64)
+        list_counts[~blank.to_numpy(zero_copy_only=False)] = pc.list_value_length(pieces).to_numpy()
+        counts[~pairs] = list_counts
+        list_ids = pc.cast(pieces.flatten(), pa.int64()).to_numpy()
+    if pairs.all():
+        return {"label_counts": counts, "label_ids": pair_ids}
+    if not pairs.any():
+        return {"label_counts": counts, "label_ids": list_ids}
+    # Both forms in this block: put each form's ids back in their rows' places.
+    from_pairs = np.repeat(pairs, counts)
+    ids = np.empty(len(from_pairs), dtype=np.int64)
+    ids[from_pairs], ids[~from_pairs] = pair_ids, list_ids
+    return {"label_counts": counts, "label_ids": ids}
+
+
+def _tokens(line: bytes) -> list[bytes]:
+    """A row's tokens: only spaces and tabs separate them, as in the fast path."""
+    return [token for token in re.split(rb"[ \t]+", line) if token]
+
+
+def _diagnose(block: bytes, first: int, kind: Kind, where: str) -> None:
     """Re-read a block that failed the fast path line by line; raise at the first bad line."""
     for offset, line in enumerate(block.split(b"\n")):
         at = f"{where}:{first + offset}"
-        tokens = line.split()
-        if kind == "labels" and not pair_labels:
-            if line and not re.fullmatch(rb"[0-9]+(?:,[0-9]+)*", line):
+        tokens = _tokens(line)
+        if kind == "labels" and tokens and b":" not in line:
+            if len(tokens) != 1 or not _LABEL_LIST.fullmatch(tokens[0]):
                 raise DataValidationError(
-                    f"{at}: malformed label list {_show(line)}; expected l1,l2,... "
-                    "(0-based integer ids)"
+                    f"{at}: malformed label list {_show(line.strip(_BLANK))}; expected l1,l2,... "
+                    "(0-based integer ids) or l:v pairs"
                 )
             continue
         if kind == "legacy":
             field = re.match(_LABEL_FIELD.encode(), line)
             if field:
-                text = field.group().strip()
-                if not re.fullmatch(rb"[0-9]+(?:,[0-9]+)*", text):
+                text = field.group().strip(_BLANK)
+                if not _LABEL_LIST.fullmatch(text):
                     raise DataValidationError(
                         f"{at}: malformed label list {_show(text)}; expected l1,l2,... "
                         "(0-based integer ids, no spaces)"
                     )
-                tokens = line[field.end() :].split()
+                tokens = _tokens(line[field.end() :])
         what = "label:weight" if kind == "labels" else "feature:value"
         for token in tokens:
             key, colon, value = token.partition(b":")
@@ -307,7 +384,7 @@ def _diagnose(block: bytes, first: int, kind: Kind, pair_labels: bool, where: st
 
 
 def _is_int(text: bytes) -> bool:
-    return re.fullmatch(rb"[+-]?[0-9]+", text) is not None
+    return re.fullmatch(rb"-?[0-9]+", text) is not None  # what Arrow's int64 parser takes
 
 
 def _is_float(text: bytes) -> bool:
