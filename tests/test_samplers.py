@@ -354,3 +354,13 @@ def test_a_zero_probability_label_is_refused_for_losses_that_divide_by_q() -> No
         )
         check_support(loss, smoothed, params, "freq", "x", 4, cpu)
     check_support(SampledSoftmax(weighting="constant"), bare, params, "freq", "x", 4, cpu)
+
+
+def test_which_losses_divide_by_q() -> None:
+    """Loss.uses_log_q, per built-in loss at its defaults (and the constant weighting)."""
+    registry = make_registry()
+    uses = {c.name for c in registry.components("losses") if c.factory().uses_log_q}
+    assert uses == {"nce", "negative-sampling", "sampled-decoupled", "sampled-softmax"}
+    for name in ("sampled-softmax", "sampled-decoupled"):
+        spec = {"name": name, "weighting": "constant"}
+        assert not registry.build("losses", spec, "x").uses_log_q

@@ -89,10 +89,6 @@ class Decoupled(_Decoupled):
         per_example = everything + torch.where(present, swap, 0.0).sum(dim=1)
         return self._reduce(per_example)
 
-    @property
-    def uses_log_q(self) -> bool:
-        return self.weighting != "constant"  # every other weighting divides by q
-
     def extra_repr(self) -> str:
         return f"margin_loss={self.margin_loss!r}, reduction={self.reduction!r}"
 
@@ -140,6 +136,10 @@ class SampledDecoupled(CorrectsAtPrediction, _Decoupled):
             # A select, not a 0/1 product: a hit's term is exactly zero even if it is inf.
             terms = torch.where(batch.hits.to(torch.bool), 0.0, terms)
         return self._reduce(_positive_term(self.margin_loss, pos) + terms.sum(dim=1))
+
+    @property
+    def uses_log_q(self) -> bool:
+        return self.weighting != "constant"  # every other weighting divides by q
 
     def extra_repr(self) -> str:
         return (
