@@ -8,7 +8,17 @@ Plugin authors import everything they need from here. The names resolve on first
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+# numba's compiled-kernel cache (the tree's and prediction's kernels, cache=True) goes under the
+# user's cache directory, not into __pycache__ beside the sources: running a command must not
+# write into the package. Set before anything in tailkit imports numba, which reads it once.
+os.environ.setdefault(
+    "NUMBA_CACHE_DIR",
+    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit" / "numba"),
+)
 
 if TYPE_CHECKING:
     from tailkit.components import (

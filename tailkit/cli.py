@@ -26,7 +26,8 @@ params_option = click.option(
     default="params.yaml",
     show_default=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Params file.",
+    help="Params file. Outputs (data/, metrics/, reports/) stay under the current directory, "
+    "the DVC project root, wherever the params file is.",
 )
 quiet_option = click.option("--quiet", is_flag=True, help="No progress bar or summary line.")
 
@@ -43,7 +44,9 @@ def _context(params_path: Path, quiet: bool = True) -> tuple[Params, Layout, Reg
     """Params, layout and registry for a stage; turns progress bars on unless ``quiet``."""
     progress.configure(quiet)
     params = load_params(params_path)
-    return params, Layout(params_path.parent), get_registry()
+    # The layout is the project's (the current directory, where dvc.yaml runs commands), not
+    # the params file's folder: `--params configs/x.yaml` must not move data/ into configs/.
+    return params, Layout(), get_registry()
 
 
 def _say(quiet: bool, message: str) -> None:
@@ -154,9 +157,13 @@ def _train_bar(name: str):
         return None, None
     bar = progress.bar(desc=f"train {name}", unit="step", total=0)
 
-    def update(step: int, total: int) -> None:
+    def update(step: int, total: int, postfix: dict[str, float]) -> None:
         bar.total = total
         bar.n = step
+        if postfix:  # formatted here: tqdm would print 0.123456789
+            bar.set_postfix_str(
+                f"loss {postfix['loss']:.4g}, {postfix['ex/s']:,.0f} examples/s", refresh=False
+            )
         bar.refresh()
 
     return bar, update
@@ -311,6 +318,28 @@ def list_components(kind: str) -> None:
     width = max((len(c.name) for c in components), default=0)
     for c in components:
         click.echo(f"{c.name:<{width}}  {c.description}  [{c.plugin}]")
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("name")
+def options(kind: str, name: str) -> None:
+    """Print the options component NAME of KIND takes in params.yaml: type, default, range."""
+    from tailkit.validation import describe_options
+
+    registry = _guard(get_registry)
+    component = _guard(lambda: registry.get(kind, name, f"tailkit options {kind}"))
+    click.echo(f"{component.name}: {component.description}  [{component.plugin}]")
+    rows = describe_options(component.factory)
+    if not rows:
+        click.echo("  (no options)")
+    widths = {k: max((len(r[k]) for r in rows), default=0) for k in ("name", "type", "default")}
+    for r in rows:
+        line = (
+            f"  {r['name']:<{widths['name']}}  {r['type']:<{widths['type']}}  "
+            f"default {r['default']:<{widths['default']}}  {r['allowed']}"
+        )
+        click.echo(line.rstrip())
 
 
 def main() -> None:

@@ -6,6 +6,9 @@ traceback. Anything else escaping a stage is a bug in tailkit and keeps its trac
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class TailkitError(Exception):
     """Base class of the errors a user can fix by changing input, params or installed plugins."""
@@ -34,3 +37,12 @@ class DataValidationError(TailkitError, ValueError):
 
 class TrainingDivergedError(TailkitError, FloatingPointError):
     """The training loss became NaN or infinite."""
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``choices`` to a misspelt ``word`` (difflib's
+    ratio ≥ 0.6), else ``""``: appended to an unknown-name error."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -10,7 +10,7 @@ step sees one of two views of a batch of label sets:
   (Menon et al. 2019, "Multilabel reductions: what is my loss optimising?") through which a
   sampled loss trains on multi-label rows: each positive is scored against the row's negatives,
   and :meth:`LabelSets.contains` marks a negative that is *any* of the row's labels as an
-  accidental hit (design.md: every true label is a positive and masked as a hit).
+  accidental hit (every true label is a positive and masked as a hit).
 
 Membership tests use one sorted array of keys row·C + label and a binary search, so no B × C (or
 pairs × m × k) indicator is ever built.

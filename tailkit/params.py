@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from tailkit.errors import InvalidParameterError
+from tailkit.errors import InvalidParameterError, did_you_mean
 from tailkit.validation import SEED, Interval, Options, validate_options
 
 NO_SAMPLER = "none"
@@ -202,7 +202,8 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
     unknown = sorted(set(raw) - set(_SECTIONS))
     if unknown:
         raise InvalidParameterError(
-            f"{source}: unknown key {unknown[0]!r}; allowed keys are " + ", ".join(_SECTIONS)
+            f"{source}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], _SECTIONS)}; "
+            "allowed keys are " + ", ".join(_SECTIONS)
         )
 
     def section(name: str, cls: type) -> Any:

@@ -1,6 +1,6 @@
 """Where each stage reads and writes, relative to the project root (the DVC repo).
 
-One place for the layout of design.md, so stages, tests and dvc.yaml agree.
+One place for the layout of docs/architecture.md, so stages, tests and dvc.yaml agree.
 """
 
 from __future__ import annotations

@@ -29,6 +29,18 @@ def enabled() -> bool:
     return _enabled
 
 
+_noticed: set[str] = set()
+
+
+def notice(message: str) -> None:
+    """One line on stderr, ``tailkit: <message>``, at most once per process and message: for a
+    setting tailkit had to adjust (a k larger than the data allows), which must not pass
+    silently but is no error. Shown with or without ``--quiet``, as DVC logs keep stderr."""
+    if message not in _noticed:
+        _noticed.add(message)
+        print(f"tailkit: {message}", file=sys.stderr)
+
+
 def bar(
     iterable: Iterable[T] | None = None,
     *,

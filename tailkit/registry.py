@@ -25,7 +25,12 @@ from typing import Any
 import pluggy
 
 from tailkit import hookspecs
-from tailkit.errors import InvalidParameterError, PluginError, UnknownComponentError
+from tailkit.errors import (
+    InvalidParameterError,
+    PluginError,
+    UnknownComponentError,
+    did_you_mean,
+)
 from tailkit.validation import validate_options
 
 KINDS = ("datasets", "featurizers", "samplers", "losses", "models")
@@ -143,7 +148,8 @@ class Registry:
             failed = [r.name for r in self.plugins.values() if r.error]
             hint = f"; plugins that failed to load: {', '.join(failed)}" if failed else ""
             raise UnknownComponentError(
-                f"{key}: unknown {SINGULAR[kind]} {name!r}; available: {available}{hint}"
+                f"{key}: unknown {SINGULAR[kind]} {name!r}{did_you_mean(name, table)}; "
+                f"available: {available}{hint}"
             )
         return table[name]
 

@@ -9,6 +9,7 @@ bad value is reported with the params key that holds it, the value, and what is 
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import types
 import typing
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tailkit.errors import InvalidParameterError
+from tailkit.errors import InvalidParameterError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,31 @@ def option_signature(factory: Callable[..., Any]) -> dict[str, inspect.Parameter
     return params
 
 
+def describe_options(factory: Callable[..., Any]) -> list[dict[str, str]]:
+    """Per option of ``factory``, in signature order: its ``name``, the ``type`` a value must
+    have (as the errors word it), its ``default`` as YAML would write it ("required" when it
+    has none) and the ``allowed`` range or set from ``constraints`` ("" when none)."""
+    constraints: Mapping[str, Constraint] = getattr(factory, "constraints", {})
+    rows = []
+    for name, p in option_signature(factory).items():
+        if p.default is inspect.Parameter.empty:
+            default = "required"
+        elif isinstance(p.default, str):
+            default = p.default  # as YAML writes a plain string
+        else:
+            default = json.dumps(p.default)  # null, true/false, numbers and lists as in YAML
+        constraint = constraints.get(name)
+        rows.append(
+            {
+                "name": name,
+                "type": "any" if p.annotation is Any else _describe(p.annotation),
+                "default": default,
+                "allowed": "" if constraint is None else str(constraint),
+            }
+        )
+    return rows
+
+
 def validate_options(
     owner: str, factory: Callable[..., Any], options: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -187,7 +213,8 @@ def validate_options(
     if unknown:
         allowed = ", ".join(sorted(signature)) or "(none)"
         raise InvalidParameterError(
-            f"{owner}: unknown key {unknown[0]!r}; allowed keys are {allowed}"
+            f"{owner}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], signature)}; "
+            f"allowed keys are {allowed}"
         )
     out = {}
     for name, value in options.items():

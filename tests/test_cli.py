@@ -107,7 +107,8 @@ def test_a_vanishing_class_fails_subsample_and_writes_nothing(tmp_path):
     run([sys.executable, "-m", "tailkit", "download", "--quiet"], tmp_path)
     _fails_cleanly(tmp_path, ["subsample"], "imbalance_ratio=10000")
     assert not (tmp_path / "data" / "split").exists()
-    assert [p.name for p in (tmp_path / "data").iterdir()] == ["raw"]  # no temporary leftovers
+    # no temporary leftovers; the download's lock file (beside data/raw, no output's part) stays
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [".raw.lock", "raw"]
 
 
 @pytest.mark.slow
@@ -153,3 +154,21 @@ def test_a_drawing_sampler_needs_negatives(tmp_path):
         ["train", "--experiment", "sampled"],
         "experiments.sampled.negatives: got 0; sampler 'uniform' draws",
     )
+
+
+def test_options_prints_each_option_with_type_default_and_range():
+    """Issue 15 item 7: `tailkit options KIND NAME`."""
+    result = CliRunner().invoke(cli, ["options", "samplers", "tree"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("tree: ") and lines[0].endswith("[tailkit.samplers]")
+    options = {line.split()[0]: line for line in lines[1:]}
+    assert list(options) == ["k", "reg", "split_rule", "frequency_reg", "max_rounds"]
+    assert "an integer" in options["k"] and "default 16" in options["k"]
+    assert options["k"].endswith("in the range [1, 1024]")
+    assert "one of 'paper', 'reference'" in options["split_rule"]
+    assert "default paper" in options["split_rule"]
+    assert "default false" in options["frequency_reg"]
+    typo = CliRunner().invoke(cli, ["options", "losses", "softmx"])
+    assert typo.exit_code == 2
+    assert "unknown loss 'softmx' (did you mean 'softmax'?)" in typo.output

@@ -387,7 +387,7 @@ def test_builds_without_options_but_fetch_needs_root(factory, tmp_path) -> None:
     check_dataset(factory, None)
     with pytest.raises(InvalidParameterError, match=r"option 'root' is required to fetch"):
         factory().fetch(tmp_path)
-    with pytest.raises(DataValidationError, match=r"not found; run the fetch stage first"):
+    with pytest.raises(DataValidationError, match=r"not found; run `dvc repro download` first"):
         factory().load(tmp_path)
 
 

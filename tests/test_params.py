@@ -38,7 +38,11 @@ def _with(path: str, value):
         ("subsample.profile", "zipf", r"subsample\.profile: got 'zipf'.*'natural', 'exp', 'step'"),
         ("train.batch_size", "big", r"train\.batch_size: got 'big' \(str\); expected an integer"),
         ("train.batch_size", 0, r"train\.batch_size: got 0"),
-        ("train.bacth_size", 3, r"train: unknown key 'bacth_size'; allowed keys are .*batch_size"),
+        (
+            "train.bacth_size",
+            3,
+            r"train: unknown key 'bacth_size' \(did you mean 'batch_size'\?\); allowed keys are ",
+        ),
         ("experiments.softmax.negatives", -1, r"experiments\.softmax\.negatives: got -1"),
         ("experiments.softmax.sampler", "hsm", r"experiments\.softmax\.sampler: got 'hsm'"),
         ("experiments.softmax.loss", 3, r"experiments\.softmax\.loss: got 3"),
@@ -146,3 +150,46 @@ def test_the_largest_accepted_seed_works_where_seeds_are_used():
     np.random.RandomState(seed)  # scikit-learn's random_state
     torch.Generator().manual_seed(seed + 2)  # the loop's augmentation stream
     assert len(_epoch_order(10, seed, 3)) == 10
+
+
+def test_the_default_experiments_spell_out_the_knobs_people_change():
+    """`dvc exp run -S experiments.<e>.<key>=...` needs a `+` for a key params.yaml lacks, so
+    every trained experiment names epochs, batch_size, optimizer.lr and, where its sampler
+    draws a number of negatives, negatives (issue 15 item 8)."""
+
+    from tailkit.experiment import trains_itself
+    from tailkit.registry import make_registry
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params, registry = load_params(ROOT / "params.yaml"), make_registry()
+    for name, spec in raw["experiments"].items():
+        if trains_itself(params, name, registry):
+            continue
+        missing = [k for k in ("epochs", "batch_size") if k not in spec]
+        missing += [] if "lr" in spec["optimizer"] else ["optimizer.lr"]
+        if spec["sampler"] != "none":
+            sampler = registry.get("samplers", raw["samplers"][spec["sampler"]]["name"], "")
+            if getattr(sampler.factory, "uses_negatives", True) and "negatives" not in spec:
+                missing.append("negatives")
+        assert not missing, f"experiments.{name} lacks {missing}"
+
+
+def test_misspelt_keys_and_names_get_a_suggestion():
+    """Issue 15 item 7: difflib's closest match, in the one-line error."""
+    from tailkit.plugins.losses.softmax import SoftmaxCE
+    from tailkit.registry import make_registry
+    from tailkit.validation import validate_options
+
+    with pytest.raises(InvalidParameterError) as info:
+        parse_params({"trian": {}})
+    assert str(info.value).startswith(
+        "params.yaml: unknown key 'trian' (did you mean 'train'?); allowed keys are base, "
+    )
+    with pytest.raises(InvalidParameterError, match=r"'reductin' \(did you mean 'reduction'\?\)"):
+        validate_options("experiments.a.loss", SoftmaxCE, {"reductin": "sum"})
+    with pytest.raises(KeyError) as missing:
+        make_registry().get("losses", "softmx", "experiments.a.loss.name")
+    assert "unknown loss 'softmx' (did you mean 'softmax'?); available: " in str(missing.value)
+    with pytest.raises(KeyError) as far:  # nothing close: no guess
+        make_registry().get("losses", "zzz", "experiments.a.loss.name")
+    assert "did you mean" not in str(far.value)

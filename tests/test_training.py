@@ -33,7 +33,14 @@ def _data(n=600, seed=0):
 
 
 def _run(
-    loss, sampler=None, checkpoint=None, negatives=0, steps=None, optimizer=None, encoder=None
+    loss,
+    sampler=None,
+    checkpoint=None,
+    negatives=0,
+    steps=None,
+    optimizer=None,
+    encoder=None,
+    progress=None,
 ):
     x, y = _data()
     xv, yv = _data(200, seed=1)
@@ -64,6 +71,7 @@ def _run(
         y_val=yv,
         class_counts=torch.bincount(y, minlength=C).double(),
         checkpoint=checkpoint,
+        progress=progress,
     )
     return result, layer
 
@@ -173,3 +181,24 @@ def test_losses_with_state_resume_exactly(tmp_path, name):
     resumed, layer = _run(loss, checkpoint=checkpoint, encoder=encoder)
     torch.testing.assert_close(layer.weight, ref_layer.weight, rtol=0, atol=0)
     assert resumed.curve[-1]["loss"] == reference.curve[-1]["loss"]
+
+
+def test_the_progress_callback_shows_the_running_loss_and_examples_per_second(monkeypatch):
+    """Issue 15 item 10: the bar moved only at validations and showed no loss. It is told about
+    once a second (a clock that advances 0.6 s per read makes that every other step here) and
+    at each validation, with the mean loss and examples/s since the last call."""
+    from tailkit.training import loop
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: 0.6 * next(ticks))
+    calls = []
+    result, _ = _run(SoftmaxCE(), progress=lambda *a: calls.append(a))
+    steps = [c[0] for c in calls]
+    assert steps == sorted(steps) and steps[-1] == result.steps == 30
+    assert all(total == 30 for _, total, _ in calls)
+    assert {5, 10, 15, 20, 25, 30} <= set(steps)  # every validation
+    assert len(set(steps)) > 6  # and in between
+    shown = [postfix for _, _, postfix in calls if postfix]
+    assert shown and all(set(p) == {"loss", "ex/s"} and p["ex/s"] > 0 for p in shown)
+    # the losses shown are the step losses' means: the last is about the curve's last value
+    assert shown[-1]["loss"] == pytest.approx(result.curve[-1]["loss"], rel=0.5)

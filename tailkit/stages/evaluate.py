@@ -69,6 +69,7 @@ from tailkit.labels import LabelSets
 from tailkit.metrics_file import write_metrics
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.progress import notice
 from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
 from tailkit.splits import read_labels, read_meta
@@ -195,6 +196,14 @@ class _Scored:
     confidence: np.ndarray | None
 
 
+def _top_k(params: Params, num_classes: int) -> int:
+    """``evaluate.top_k``, capped at the number of labels, with a notice when it is."""
+    k = params.evaluate.top_k
+    if k > num_classes:
+        notice(f"evaluate.top_k={k} is more than the {num_classes} labels; ranking all of them")
+    return min(k, num_classes)
+
+
 def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict:
     if trains_itself(params, experiment, registry):
         return _evaluate_learner(params, layout, registry, experiment)
@@ -211,7 +220,7 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
         ctx,
         test.x,
         None if multilabel else test.labels,
-        k=params.evaluate.top_k,
+        k=_top_k(params, meta["num_classes"]),
         batch_size=params.evaluate.batch_size,
         label_chunk=params.evaluate.label_chunk,
     )
@@ -251,7 +260,7 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     info = load_learner(layout.model(experiment), f"train@{experiment}", model)
     test = read_features(features / "test.parquet")
-    ranked, scores = model.predict_topk(test.x, params.evaluate.top_k)
+    ranked, scores = model.predict_topk(test.x, _top_k(params, meta["num_classes"]))
     confidence = scores[:, 0].astype(np.float64) if model.scores_are_probabilities else None
     if not isinstance(test.labels, LabelSets):
         _write_margin_cdfs(layout.eval_plots(experiment), {})

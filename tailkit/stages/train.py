@@ -54,7 +54,7 @@ def run(
     layout: Layout,
     registry: Registry,
     experiment: str,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     if trains_itself(params, experiment, registry):
         return _fit_learner(params, layout, registry, experiment, progress)
@@ -225,7 +225,7 @@ def _fit_learner(
     layout: Layout,
     registry: Registry,
     experiment: str,
-    progress: Callable[[int, int], None] | None,
+    progress: Callable[[int, int, dict[str, float]], None] | None,
 ) -> dict[str, Any]:
     """Train a model that trains itself (a wrapped tool): one ``fit`` on the training split,
     its files in the tool's format under ``learner/``, and a one-point learning curve (the fit's
@@ -239,7 +239,7 @@ def _fit_learner(
     val_set = read_features(features / "val.parquet")
     val_pick = _validation_rows(val_set.x.shape[0], params)
     if progress is not None:
-        progress(0, 1)
+        progress(0, 1, {})
     with atomic_dir(layout.model(experiment)) as tmp:
         start = time.perf_counter()
         model.fit(
@@ -265,7 +265,7 @@ def _fit_learner(
             },
         )
     if progress is not None:
-        progress(1, 1)
+        progress(1, 1, {})
     accuracy, balanced = validation_scores(
         torch.from_numpy(top1[:, 0]), val_set.labels[val_pick], meta["num_classes"]
     )

@@ -164,8 +164,11 @@ def train(
     y_val: torch.Tensor,
     class_counts: torch.Tensor,
     checkpoint: Checkpointer | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> TrainResult:
+    """Train for ``cfg``'s steps. ``progress(step, total, postfix)``, when given, is called
+    about once a second and at each validation, with the mean loss and the examples per second
+    since its last call as ``postfix`` (a progress bar's text)."""
     device = layer.weight.device
     n = x_train.shape[0]
     steps_per_epoch = math.ceil(n / cfg.batch_size)
@@ -238,6 +241,7 @@ def train(
 
     order = None
     tick = time.perf_counter()
+    shown = _Shown(tick)
     while step < total:
         epoch, position = divmod(step, steps_per_epoch)
         if position == 0 or order is None:
@@ -286,7 +290,10 @@ def train(
             optimizer.step(rows, step)
             running += loss_value
             running_n += 1
+            shown.add(loss_value, len(idx))
         step += 1
+        if progress is not None and shown.due():
+            progress(step, total, shown.postfix())
 
         if step % cfg.eval_every == 0 or step == total:
             seconds += time.perf_counter() - tick
@@ -302,7 +309,7 @@ def train(
             )
             running, running_n = 0.0, 0
             if progress is not None:
-                progress(step, total)
+                progress(step, total, shown.postfix())
             tick = time.perf_counter()
         if step % checkpoint_every == 0 and step < total:
             seconds += time.perf_counter() - tick
@@ -310,6 +317,31 @@ def train(
             tick = time.perf_counter()
 
     return TrainResult(steps=step, seconds=seconds, curve=curve, checkpoint_every=checkpoint_every)
+
+
+class _Shown:
+    """What the progress bar shows since its last update: mean loss and examples per second.
+    Only consulted when a bar is on; ``due`` reads the clock, so it is asked once a step."""
+
+    def __init__(self, now: float) -> None:
+        self.since, self.loss, self.steps, self.examples = now, 0.0, 0, 0
+
+    def add(self, loss_value: float, examples: int) -> None:
+        self.loss += loss_value
+        self.steps += 1
+        self.examples += examples
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.since >= 1.0
+
+    def postfix(self) -> dict[str, float]:
+        now = time.perf_counter()
+        out = {}
+        if self.steps:
+            out["loss"] = self.loss / self.steps
+            out["ex/s"] = self.examples / max(now - self.since, 1e-9)
+        self.since, self.loss, self.steps, self.examples = now, 0.0, 0, 0
+        return out
 
 
 def _tensor_bytes(obj: Any) -> int:

@@ -373,7 +373,9 @@ class _Cifar:
             n_train, n_test = int(meta["rows"]["train"]), int(meta["rows"]["test"])
             dataset = meta["dataset"]
         except FileNotFoundError as exc:
-            raise DataValidationError(f"{meta_path}: not found; run the fetch stage first") from exc
+            raise DataValidationError(
+                f"{meta_path}: not found; run `dvc repro download` first"
+            ) from exc
         except (ValueError, KeyError, TypeError) as exc:
             raise DataValidationError(f"{meta_path}: malformed ({exc!r})") from exc
         if dataset != self.name:
@@ -398,7 +400,7 @@ def _load(path: Path, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except FileNotFoundError as exc:
-        raise DataValidationError(f"{path}: not found; run the fetch stage first") from exc
+        raise DataValidationError(f"{path}: not found; run `dvc repro download` first") from exc
     except (ValueError, OSError) as exc:
         raise DataValidationError(f"{path}: unreadable ({exc})") from exc
     if array.dtype != dtype or array.shape != shape:

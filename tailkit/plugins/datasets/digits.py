@@ -93,7 +93,7 @@ class Digits:
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
-            raise DataValidationError(f"{path}: not found; run the fetch stage first") from exc
+            raise DataValidationError(f"{path}: not found; run `dvc repro download` first") from exc
         except OSError as exc:
             raise DataValidationError(f"{path}: cannot read ({exc.strerror})") from exc
         inputs, labels = _parse(path, data)

@@ -158,7 +158,7 @@ class GeoNames:
         try:  # a page failing its checksum: one line naming the file and `dvc repro download`
             table = parquet.read_table(path, str(path), "download", columns=columns)
         except FileNotFoundError as exc:
-            raise DataValidationError(f"{path}: not found; run the fetch stage first") from exc
+            raise DataValidationError(f"{path}: not found; run `dvc repro download` first") from exc
         if any(table.column(c).null_count for c in table.column_names):
             raise DataValidationError(f"{path}: null values in places")
         if table.num_rows == 0:

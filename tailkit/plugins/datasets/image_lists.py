@@ -315,7 +315,9 @@ def load_index(dataset: str, raw_dir: Path, root: str | None) -> RawData:
         # a page failing its checksum: one line naming the file and `dvc repro download`
         table = parquet.read_table(index, str(index), "download")
     except FileNotFoundError as exc:
-        raise DataValidationError(f"{exc.filename}: not found; run the fetch stage first") from exc
+        raise DataValidationError(
+            f"{exc.filename}: not found; run `dvc repro download` first"
+        ) from exc
     except DataValidationError:  # already one line naming the index (a ValueError too)
         raise
     except (ValueError, pa.ArrowException, OSError) as exc:
@@ -326,7 +328,9 @@ def load_index(dataset: str, raw_dir: Path, root: str | None) -> RawData:
     if table.schema != _SCHEMA:
         raise DataValidationError(f"{index}: unexpected columns {table.schema.names}")
     if not isinstance(meta.get("root"), str) or not isinstance(meta.get("label_names"), list):
-        raise DataValidationError(f"{source}: no root or label_names; run the fetch stage again")
+        raise DataValidationError(
+            f"{source}: no root or label_names; run `dvc repro download` again"
+        )
 
     base = os.fspath(Path(root).expanduser().resolve() if root is not None else meta["root"])
     rel = table.column("path").to_pylist()

@@ -232,14 +232,18 @@ def _read(raw_dir: Path) -> tuple[np.ndarray, np.ndarray, Hierarchy]:
             int(meta[k]) for k in ("depth", "branching", "num_classes", "num_rows")
         )
     except FileNotFoundError as exc:
-        raise DataValidationError(f"{meta_path}: not found; run the fetch stage first") from exc
+        raise DataValidationError(
+            f"{meta_path}: not found; run `dvc repro download` first"
+        ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise DataValidationError(f"{meta_path}: malformed ({exc!r})") from exc
     try:
         with np.load(data_path, allow_pickle=False) as npz:
             inputs, labels, leaf = npz["inputs"], npz["labels"], npz["leaf_of_label"]
     except FileNotFoundError as exc:
-        raise DataValidationError(f"{data_path}: not found; run the fetch stage first") from exc
+        raise DataValidationError(
+            f"{data_path}: not found; run `dvc repro download` first"
+        ) from exc
     except (OSError, ValueError, KeyError) as exc:
         raise DataValidationError(f"{data_path}: unreadable ({exc})") from exc
     if (

@@ -1,16 +1,6 @@
 """Built-in negative samplers."""
 
-import os
-from pathlib import Path
-
 from tailkit.hookspecs import hookimpl
-
-# numba's compiled-kernel cache (the tree's kernels) goes under the user's cache directory, not
-# into __pycache__ beside the sources: running a command must not write into the package.
-os.environ.setdefault(
-    "NUMBA_CACHE_DIR",
-    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit" / "numba"),
-)
 
 
 @hookimpl

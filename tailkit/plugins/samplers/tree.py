@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from tailkit.components import CorrectionColumns, Sampler, TableColumns, inverse_order
+from tailkit.progress import notice
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
@@ -138,6 +139,12 @@ class TreeSampler(Sampler):
         start = time.perf_counter()
         pca = WhitenedPCA(self.k).fit(x)
         pca_seconds = time.perf_counter() - start
+        if pca.dim < self.k:
+            notice(
+                f"tree sampler: k={self.k} asks for {self.k} principal directions, but the "
+                f"{x.shape[0]} × {x.shape[1]} training features have {pca.dim}; fitted with "
+                f"k={pca.dim}"
+            )
         tree = fit_tree(
             pca.transform(x),
             y,
