@@ -18,7 +18,7 @@ from tailkit import progress
 from tailkit.errors import TailkitError
 from tailkit.params import Params, load_params
 from tailkit.paths import Layout
-from tailkit.registry import KINDS, Registry, get_registry
+from tailkit.registry import KINDS, Registry, get_plugin_manager, get_registry
 
 params_option = click.option(
     "--params",
@@ -56,16 +56,18 @@ def _say(quiet: bool, message: str) -> None:
 
 class _WithPluginCommands(click.Group):
     """The built-in commands, and those plugins add through the ``register_commands`` hook,
-    loaded only when a command name is not built in or the list is asked for: loading every
-    plugin imports torch and scikit-learn (seconds), which ``compare`` or ``report`` never
-    need."""
+    loaded only when a command name is not built in or the list is asked for. Only that hook
+    is called (the plugins' entry modules are light): building the registry would import every
+    component, torch and scikit-learn included (seconds), which ``--help``, ``compare`` or
+    ``report`` never need."""
 
     _plugins_loaded = False
 
     def _load_plugins(self) -> None:
         if not self._plugins_loaded:
             self._plugins_loaded = True
-            _guard(get_registry).pm.hook.register_commands(cli=self)
+            pm, _ = _guard(get_plugin_manager)
+            pm.hook.register_commands(cli=self)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)

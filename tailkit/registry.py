@@ -285,6 +285,14 @@ def make_registry(
 
 
 @functools.cache
+def get_plugin_manager() -> tuple[pluggy.PluginManager, dict[str, PluginRecord]]:
+    """The process-wide plugin manager with the installed plugins loaded, no hook called yet:
+    the CLI asks it for plugin commands without building the registry, whose ``register_*``
+    calls import every component (torch, scikit-learn: seconds)."""
+    return make_plugin_manager()
+
+
+@functools.cache
 def get_registry() -> Registry:
     """The process-wide registry of installed plugins, built on first use."""
-    return make_registry()
+    return Registry(*get_plugin_manager())
