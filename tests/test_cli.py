@@ -87,7 +87,10 @@ def _fails_cleanly(tmp_path, command, expected):
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"dataset__name": "cifar-11"}, "dataset.name: unknown dataset 'cifar-11'; available:"),
+        (
+            {"dataset__name": "cifar-11"},
+            "dataset.name: unknown dataset 'cifar-11' (did you mean 'cifar10'?); available:",
+        ),
         ({"train__batch_size": "big"}, "train.batch_size: got 'big' (str); expected an integer"),
         ({"train__epochs": -1}, "train.epochs: got -1.0; expected a value in the range (0, inf)"),
         ({"subsample__imbalance_ratio": 0.5}, "subsample.imbalance_ratio: got 0.5"),
@@ -117,7 +120,7 @@ def test_unknown_loss_in_an_experiment_names_the_key(tmp_path):
     _fails_cleanly(
         tmp_path,
         ["train", "--experiment", "sampled"],
-        "experiments.sampled.loss.name: unknown loss 'focal'; available:",
+        "experiments.sampled.loss.name: unknown loss 'focal' (did you mean 'cb-focal'?); available:",
     )
 
 
