@@ -509,7 +509,9 @@ def test_missing_member_and_wrong_counts(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_load_without_fetch_and_damaged_outputs(tmp_path: Path, monkeypatch) -> None:
-    with pytest.raises(DataValidationError, match=r"meta\.json: not found; run the fetch"):
+    with pytest.raises(
+        DataValidationError, match=r"meta\.json: not found; run `dvc repro download`"
+    ):
         Cifar10().load(tmp_path)
     archive = build(tmp_path / "a.tar.gz", cifar10_fixture(), "cifar-10-batches-py")
     pin(monkeypatch, "cifar10", archive)

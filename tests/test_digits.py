@@ -91,5 +91,7 @@ def test_not_gzip_and_not_fetched(tmp_path: Path) -> None:
     src.write_bytes(b"0,1,2")
     with pytest.raises(DataValidationError, match="not a gzip-compressed ASCII CSV"):
         fetch_from(src, tmp_path / "raw", hashlib.sha256(b"0,1,2").hexdigest())
-    with pytest.raises(DataValidationError, match=r"digits\.csv\.gz: not found; run the fetch"):
+    with pytest.raises(
+        DataValidationError, match=r"digits\.csv\.gz: not found; run `dvc repro download`"
+    ):
         Digits().load(tmp_path / "empty")
