@@ -68,11 +68,26 @@ class Dataset(Protocol):
     download, a copy out of an installed package, or a generation from a seed. It must verify
     what it fetched (checksum) and may leave files only under ``dest``. ``load(raw_dir)``
     decodes what ``fetch`` wrote.
+
+    Optional attribute ``propensity``: (A, B) of Jain et al.'s propensity model for this
+    dataset's PSP@k (the Extreme Classification Repository's per-dataset constants, e.g.
+    (0.5, 0.4) for Wikipedia); (0.55, 1.5) when absent (:func:`dataset_propensity`).
     """
 
     def fetch(self, dest: Path) -> None: ...
 
     def load(self, raw_dir: Path) -> RawData: ...
+
+
+#: Jain et al.'s default propensity constants (A, B), for a dataset that declares none.
+DEFAULT_PROPENSITY = (0.55, 1.5)
+
+
+def dataset_propensity(dataset: Any) -> tuple[float, float]:
+    """The (A, B) a dataset declares (``propensity``), else :data:`DEFAULT_PROPENSITY`.
+    subsample records it in the split's meta, so evaluation reads it with the data."""
+    a, b = getattr(dataset, "propensity", DEFAULT_PROPENSITY)
+    return float(a), float(b)
 
 
 @runtime_checkable

@@ -320,3 +320,22 @@ def test_a_flipped_bit_in_a_split_file_names_it_and_the_subsample_stage(tmp_path
         f"{path}: not a readable Parquet file (could not verify page integrity, CRC checksum "
         "verification failed for page_ordinal 0); rebuild it with `dvc repro subsample`"
     )
+
+
+def test_the_datasets_propensity_constants_travel_with_the_split(tmp_path, monkeypatch):
+    """Issue 15 item 3: PSP@k's (A, B) are the dataset plugin's fact (``propensity``), recorded
+    in the split's meta for evaluation, not a table keyed by dataset name in the metrics."""
+    from conftest import _GivenDataset
+
+    from tailkit.stages.evaluate import _inverse_propensity
+
+    labels = np.repeat(np.arange(3), 20)
+    meta = _stage(tmp_path / "a", _raw(labels))
+    assert meta["propensity"] == [0.55, 1.5]  # declared by none: the repository's default
+    monkeypatch.setattr(_GivenDataset, "propensity", (0.5, 0.4), raising=False)
+    meta = _stage(tmp_path / "b", _raw(labels))
+    assert meta["propensity"] == [0.5, 0.4]
+    counts = np.array([40, 5, 1])
+    q = _inverse_propensity(labels, counts, {"propensity": [0.5, 0.4]})
+    c = (np.log(46) - 1.0) * 1.4**0.5  # Jain et al.: q = 1 + C (N_l + B)^(-A), N = 46 rows
+    np.testing.assert_allclose(q, 1.0 + c * (counts + 0.4) ** -0.5)

@@ -20,10 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
+from tailkit.components import DEFAULT_PROPENSITY
 from tailkit.errors import DataValidationError, InvalidParameterError
-from tailkit.evaluation.metrics import DEFAULT_PROPENSITY, PROPENSITY_CONSTANTS, inverse_propensity
+from tailkit.evaluation.metrics import inverse_propensity
 from tailkit.plugins.datasets import xc
 from tailkit.plugins.datasets.xc import (
+    PROPENSITY_CONSTANTS,
     XC,
     Amazon670K,
     EURLex4K,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from tailkit.evaluation.metrics import (
-    PROPENSITY_CONSTANTS,
     inverse_propensity,
     ranking_metrics,
     topk_labels,
 )
+from tailkit.plugins.datasets.xc import PROPENSITY_CONSTANTS
 
 SCORES = np.array(
     [

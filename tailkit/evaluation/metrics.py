@@ -126,26 +126,6 @@ def margin_summary(
 
 # --- Extreme Classification Repository ranking metrics -------------------------------------
 
-#: Jain et al.'s propensity constants (A, B) per dataset, as pyxclib, the Matlab scripts and
-#: AttentionXML use them; any other dataset gets the default (0.55, 1.5).
-PROPENSITY_CONSTANTS: dict[str, tuple[float, float]] = {
-    "WikiLSHTC-325K": (0.5, 0.4),
-    "Wikipedia-500K": (0.5, 0.4),
-    "Amazon-670K": (0.6, 2.6),
-    "Amazon-3M": (0.6, 2.6),
-    "EURLex-4K": (0.55, 1.5),
-    "AmazonCat-13K": (0.55, 1.5),
-    "Wiki10-31K": (0.55, 1.5),
-}
-DEFAULT_PROPENSITY = (0.55, 1.5)
-
-
-def propensity_constants(dataset: str) -> tuple[float, float]:
-    """(A, B) for a dataset named as the repository spells it or as its tailkit plugin is
-    (``wikilshtc-325k``); the default (0.55, 1.5) for any other."""
-    by_lower = {name.lower(): ab for name, ab in PROPENSITY_CONSTANTS.items()}
-    return by_lower.get(dataset.lower(), DEFAULT_PROPENSITY)
-
 
 def inverse_propensity(
     train_counts: np.ndarray, num_train: int, a: float = 0.55, b: float = 1.5

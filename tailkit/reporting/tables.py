@@ -236,11 +236,10 @@ def describe_method(run: Run) -> str:
     if key == "none":
         return text
     sampler = run.params.samplers[key]["name"]
-    return (
-        f"{text}, {sampler}"
-        if sampler == "in-batch"
-        else f"{text}, {sampler} × {settings['negatives']}"
-    )
+    # A sampler that draws no number of negatives (in-batch: the batch's other labels) runs
+    # with negatives 0; the count is shown only when there is one.
+    negatives = settings["negatives"]
+    return f"{text}, {sampler} × {negatives}" if negatives else f"{text}, {sampler}"
 
 
 def _show(value: Any) -> str:

@@ -43,7 +43,7 @@ import torch
 from tailkit.artifacts import load_learner, load_model, load_sampler
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import FeatureTable, read_features
-from tailkit.components import Loss, PredictionContext
+from tailkit.components import DEFAULT_PROPENSITY, Loss, PredictionContext
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
 from tailkit.evaluation.metrics import (
     CDF_POINTS,
@@ -52,7 +52,6 @@ from tailkit.evaluation.metrics import (
     inverse_propensity,
     label_recall,
     margin_summary,
-    propensity_constants,
     ranking_metrics,
     shot_groups,
 )
@@ -109,7 +108,7 @@ def _inverse_propensity(
 ) -> np.ndarray:
     """q_l of the XC repository's propensity model, from the training counts with the
     dataset's (A, B); N is the training rows (their label count for one label per row)."""
-    a, b = propensity_constants(meta["dataset"]["name"])
+    a, b = meta.get("propensity", DEFAULT_PROPENSITY)  # the dataset's, recorded by subsample
     multi = isinstance(labels, LabelSets)
     num_train = int(meta["train_rows"]) if multi else int(counts.sum())
     return inverse_propensity(counts, num_train, a, b)

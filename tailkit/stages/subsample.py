@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from tailkit.atomic import atomic_dir, write_json
-from tailkit.components import RawData
+from tailkit.components import RawData, dataset_propensity
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
 from tailkit.params import Params, SubsampleParams
@@ -300,6 +300,8 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         "dataset": params.dataset,
         "subsample": {**params.subsample.__dict__},
         "num_classes": raw.num_classes,
+        # the dataset's PSP@k constants travel with the data (evaluation reads them here)
+        "propensity": list(dataset_propensity(dataset)),
     }
     if raw.splits is not None:
         meta["given_splits"] = sorted(raw.splits)

@@ -74,9 +74,9 @@ import pyarrow.csv as pcsv
 import scipy.sparse as sp
 
 from tailkit.atomic import atomic_path, write_json
-from tailkit.components import RawData
+from tailkit.components import DEFAULT_PROPENSITY, RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
-from tailkit.evaluation.metrics import DEFAULT_PROPENSITY, PROPENSITY_CONSTANTS, inverse_propensity
+from tailkit.evaluation.metrics import inverse_propensity
 
 XCFormat = Literal["auto", "legacy", "split"]
 
@@ -580,6 +580,20 @@ def _choose(source: _Source, fmt: XCFormat) -> tuple[str, dict[str, str]]:
 
 
 # --- decoding a whole copy ----------------------------------------------------------------------
+
+
+#: Jain et al.'s propensity constants (A, B) per dataset, as pyxclib, the Matlab scripts and
+#: AttentionXML use them; any other dataset gets the default (0.55, 1.5). The dataset declares
+#: them (``XC.propensity``); subsample records them with the split for evaluation's PSP@k.
+PROPENSITY_CONSTANTS: dict[str, tuple[float, float]] = {
+    "WikiLSHTC-325K": (0.5, 0.4),
+    "Wikipedia-500K": (0.5, 0.4),
+    "Amazon-670K": (0.6, 2.6),
+    "Amazon-3M": (0.6, 2.6),
+    "EURLex-4K": (0.55, 1.5),
+    "AmazonCat-13K": (0.55, 1.5),
+    "Wiki10-31K": (0.55, 1.5),
+}
 
 
 @dataclass(frozen=True)
