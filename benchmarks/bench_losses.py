@@ -19,8 +19,8 @@ import time
 import torch
 from bench_step import gemm_gflops  # benchmarks/ is the script's directory, on sys.path
 
-from tailkit.components import LossInput
 from tailkit.registry import make_registry
+from tailkit.testing.batches import full_batch
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 
@@ -65,7 +65,7 @@ class Case:
         x, y = self.batches[self.step_no % len(self.batches)]
         z = self.encoder(x)
         logits, rows = self.layer.full(z)
-        batch = LossInput(labels=y, logits=logits, embeddings=z, epoch=1, step=self.step_no)
+        batch = full_batch(labels=y, logits=logits, embeddings=z, epoch=1, step=self.step_no)
         self.loss(batch).backward()
         self.opt.step(rows, self.step_no)
         self.step_no += 1

@@ -27,9 +27,9 @@ import time
 import numpy as np
 import torch
 
-from tailkit.components import LossInput
 from tailkit.labels import LabelSets
 from tailkit.registry import make_registry
+from tailkit.testing.batches import full_batch
 from tailkit.training.loop import sampled_input
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
@@ -70,7 +70,7 @@ class Case:
         if self.full:
             logits, rows = self.layer.full(self.z)
             labels = y.padded() if isinstance(y, LabelSets) else y
-            batch = LossInput(labels=labels, logits=logits)
+            batch = full_batch(labels=labels, logits=logits)
         else:
             batch, rows = sampled_input(
                 self.layer, self.sampler, self.z, self.z, y, self.m, self.gen

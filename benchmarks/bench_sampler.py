@@ -29,10 +29,10 @@ import time
 import numpy as np
 import torch
 
-from tailkit.components import LossInput
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.tree_fit import tree_depth
 from tailkit.registry import make_registry
+from tailkit.testing.batches import sampled_batch
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 
@@ -142,14 +142,13 @@ class StepCase:
         pos_lq = self.sampler.log_prob(self.x, self.y.unsqueeze(1)).squeeze(1)
         self.sample_seconds = time.perf_counter() - t
         s = self.layer.sampled(self.z, self.y, neg)
-        batch = LossInput(
+        batch = sampled_batch(
             labels=self.y,
             pos_logits=s.pos,
             neg_logits=s.neg,
             pos_log_q=pos_lq,
             neg_log_q=neg_lq,
             hits=s.hits,
-            num_negatives=self.m,
             sampler_conditional=True,
         )
         self.loss(batch).backward()

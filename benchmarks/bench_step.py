@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from tailkit.components import LossInput
 from tailkit.registry import make_registry
+from tailkit.testing.batches import full_batch, sampled_batch
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 
@@ -55,19 +55,18 @@ class StepCase:
     def step(self) -> None:
         if self.full:
             logits, rows = self.layer.full(self.x)
-            batch = LossInput(labels=self.y, logits=logits)
+            batch = full_batch(labels=self.y, logits=logits)
         else:
             neg, log_q = self.sampler.sample(self.x, self.y, self.m, self.gen)
             s = self.layer.sampled(self.x, self.y, neg)
             rows = s.rows
-            batch = LossInput(
+            batch = sampled_batch(
                 labels=self.y,
                 pos_logits=s.pos,
                 neg_logits=s.neg,
                 neg_log_q=log_q,
                 pos_log_q=self.sampler.log_prob(self.x, self.y),
                 hits=s.hits,
-                num_negatives=self.m,
             )
         self.loss(batch).backward()
         self.opt.step(rows, self.step_no)

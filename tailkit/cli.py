@@ -305,9 +305,18 @@ def compare(
 
 
 @cli.command()
-def plugins() -> None:
+@click.option(
+    "--components",
+    is_flag=True,
+    help="Print every component's info record instead: options, modes and traits.",
+)
+def plugins(components: bool) -> None:
     """Print the installed plugins as JSON: distribution, version, registered names."""
     registry = _guard(get_registry)
+    if components:
+        records = [c.info() for kind in KINDS for c in registry.components(kind)]
+        click.echo(json.dumps(records, indent=2))
+        return
     click.echo(json.dumps(registry.report(), indent=2))
 
 
@@ -327,21 +336,24 @@ def list_components(kind: str) -> None:
 @click.argument("name")
 def options(kind: str, name: str) -> None:
     """Print the options component NAME of KIND takes in params.yaml: type, default, range."""
-    from tailkit.validation import describe_options
-
     registry = _guard(get_registry)
     component = _guard(lambda: registry.get(kind, name, f"tailkit options {kind}"))
     click.echo(f"{component.name}: {component.description}  [{component.plugin}]")
-    rows = describe_options(component.factory)
+    if component.modes:
+        click.echo(f"  takes: {' and '.join(f'{m} batches' for m in component.modes)}")
+    rows = component.options
     if not rows:
         click.echo("  (no options)")
-    widths = {k: max((len(r[k]) for r in rows), default=0) for k in ("name", "type", "default")}
+    widths = {k: max((len(getattr(r, k)) for r in rows), default=0) for k in ("name", "type")}
+    widths["default"] = max((len(r.default) for r in rows), default=0)
     for r in rows:
         line = (
-            f"  {r['name']:<{widths['name']}}  {r['type']:<{widths['type']}}  "
-            f"default {r['default']:<{widths['default']}}  {r['allowed']}"
+            f"  {r.name:<{widths['name']}}  {r.type:<{widths['type']}}  "
+            f"default {r.default:<{widths['default']}}  {r.allowed}"
         )
         click.echo(line.rstrip())
+        if r.doc:
+            click.echo(f"      {r.doc}")
 
 
 def main() -> None:

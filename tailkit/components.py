@@ -10,6 +10,8 @@ Shapes used below: ``B`` batch size, ``C`` number of labels, ``D`` input feature
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -214,33 +216,98 @@ class Sampler:
         """Restore what :meth:`state_dict` returned."""
 
 
-@dataclass
-class LossInput:
-    """What the core hands a loss each step.
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """What every loss batch carries, whatever its mode.
 
-    Full mode fills ``logits`` (B, C). Sampled mode fills ``pos_logits`` (B,), ``neg_logits``
-    (B, m), ``neg_log_q`` (B, m) or (m,) broadcastable, ``pos_log_q`` (B,) and ``hits`` (B, m)
-    bool, True where a negative equals the row's own label (an accidental hit the loss must
-    mask). ``log_prior`` is log π (C,) from the training counts; ``num_negatives`` is m.
-    ``sampler_conditional`` says whether ``*_log_q`` depend on the input.
+    ``labels``: the rows' label ids, int64 and global (in ``[0, num_classes)`` whatever part of
+    the labels the logits cover). ``log_prior``: log π (C,) of the training counts, over all
+    labels. ``embeddings``: Φ(x) (B, d), the rows the logits were computed from (ELM's pull
+    term reads them). ``epoch`` and ``step``: 0-based position in training (schedules such as
+    LDAM's deferred re-weighting read them).
     """
 
     labels: torch.Tensor
-    logits: torch.Tensor | None = None
-    pos_logits: torch.Tensor | None = None
-    neg_logits: torch.Tensor | None = None
-    pos_log_q: torch.Tensor | None = None
-    neg_log_q: torch.Tensor | None = None
-    hits: torch.Tensor | None = None
-    neg_ids: torch.Tensor | None = None
-    num_negatives: int = 0
-    sampler_conditional: bool = False
-    log_prior: torch.Tensor | None = None
-    embeddings: torch.Tensor | None = None
+    log_prior: torch.Tensor
+    embeddings: torch.Tensor
     epoch: int = 0
     step: int = 0
-    targets: torch.Tensor | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FullBatch(Batch):
+    """A full-mode batch: the logits of every label of a contiguous label range.
+
+    ``logits`` (B, L) are the scores of labels ``label_start`` … ``label_start + L − 1``, out of
+    ``num_classes`` labels in all. Training in one process hands the whole range (``label_start
+    = 0``, L = C; :attr:`whole`); a label-sharded run will hand each process its own range, and
+    a loss that cannot reduce over a shard declares so. ``labels`` is (B,) int64 ids, or (B, k)
+    ids padded with −1 when the loss takes multi-label rows (``Loss.multilabel``; a row may have
+    none).
+    """
+
+    logits: torch.Tensor
+    num_classes: int
+    label_start: int = 0
+
+    @property
+    def label_stop(self) -> int:
+        """One past the last label the logits cover."""
+        return self.label_start + self.logits.shape[-1]
+
+    @property
+    def whole(self) -> bool:
+        """Whether the logits cover every label (always, in one process)."""
+        return self.label_start == 0 and self.label_stop == self.num_classes
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampledBatch(Batch):
+    """A sampled-mode batch: each row's positive logit and its drawn negatives' logits.
+
+    ``labels`` (B,) int64 are the positives (a multi-label row arrives as one batch row per
+    (row, positive) pair, every label of the row marked as a hit). ``pos_logits`` (B,) and
+    ``neg_logits`` (B, m) are the scores; ``neg_ids`` the drawn label ids, (m,) when the
+    sampler shares one draw across the batch, else (B, m). ``pos_log_q`` (B,) and ``neg_log_q``
+    ((m,) or (B, m), broadcastable to (B, m)) are log q of the positive and of each draw under
+    one draw of the proposal (``Sampler.sample``). ``hits`` (B, m) bool is True where a negative
+    equals one of the row's labels: an accidental hit the loss must mask.
+    ``sampler_conditional`` says whether q depends on the input (``Sampler.conditional``).
+    """
+
+    pos_logits: torch.Tensor
+    neg_logits: torch.Tensor
+    neg_ids: torch.Tensor
+    pos_log_q: torch.Tensor
+    neg_log_q: torch.Tensor
+    hits: torch.Tensor
+    sampler_conditional: bool = False
+
+    @property
+    def num_negatives(self) -> int:
+        """m, the negatives drawn per row."""
+        return int(self.neg_ids.shape[-1])
+
+
+#: The batch type of each mode, the names ``params.yaml``, errors and info records use.
+BATCH_TYPES: dict[str, type[Batch]] = {"full": FullBatch, "sampled": SampledBatch}
+
+
+def batch_modes(loss: Any) -> tuple[str, ...]:
+    """The modes a loss (class or instance) takes, read from the batch type its ``forward``
+    annotates: ``FullBatch``, ``SampledBatch`` or ``FullBatch | SampledBatch``. Empty when the
+    annotation names neither (the registry refuses such a loss)."""
+    cls = loss if isinstance(loss, type) else type(loss)
+    forward = getattr(cls, "forward", None)
+    if forward is None or forward is Loss.forward:
+        return ()
+    try:
+        hint = typing.get_type_hints(forward).get("batch")
+    except (NameError, TypeError):
+        return ()
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    arms = typing.get_args(hint) if union else (hint,)
+    return tuple(mode for mode, kind in BATCH_TYPES.items() if kind in arms)
 
 
 class CorrectionColumns:
@@ -372,11 +439,15 @@ class PredictionContext:
 class Loss(torch.nn.Module):
     """A training objective over the output layer's logits.
 
-    ``mode = "full"`` losses receive all C logits; ``"sampled"`` losses receive the positive
-    and sampled negative logits and need a sampler. A loss never touches the weight matrix.
+    A loss declares the modes it takes by the batch type its ``forward`` annotates:
+    ``forward(self, batch: FullBatch)`` receives the logits of all labels, ``forward(self,
+    batch: SampledBatch)`` the positive and sampled negative logits (and needs a sampler), and
+    ``FullBatch | SampledBatch`` takes either (the experiment's sampler decides). The registry
+    reads the annotation once (:func:`batch_modes`) and refuses a loss that names neither; an
+    experiment whose sampler does not fit the loss's modes is refused before any data is read.
+    A loss never touches the weight matrix.
     """
 
-    mode: ClassVar[Literal["full", "sampled"]] = "full"
     #: True for a full-mode loss that takes multi-label rows: ``batch.labels`` is then (B, k)
     #: label ids padded with −1 (a row may have none). A sampled loss needs no such flag: the
     #: core hands it a multi-label batch as its (row, positive) pairs, every label of a row
@@ -411,7 +482,7 @@ class Loss(torch.nn.Module):
         """
         return torch.exp(top_scores - log_partition)
 
-    def forward(self, batch: LossInput) -> torch.Tensor:  # pragma: no cover - abstract
+    def forward(self, batch: Batch) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def adjust_scores(
@@ -526,3 +597,42 @@ class CorrectsAtPrediction:
     @property
     def adjusts_scores(self) -> bool:
         return self.correct_at_prediction
+
+
+def declared_traits(kind: str, factory: Any) -> dict[str, Any]:
+    """What a component of ``kind`` declares about itself as class attributes, with the
+    protocol's defaults filled in: read once, at registration, into its info record
+    (:class:`tailkit.registry.Component`). Values are JSON-able."""
+    cls = _returned_class(factory)
+    if kind == "losses":
+        return {
+            "modes": list(batch_modes(cls)) if cls is not None else [],
+            "multilabel": bool(getattr(cls, "multilabel", False)),
+        }
+    if kind == "samplers":
+        return {
+            name: getattr(cls, name, getattr(Sampler, name))
+            for name in ("shared", "conditional", "uses_negatives", "conditions_on")
+        }
+    if kind == "featurizers":
+        return {"accepts": list(featurizer_accepts(cls)), "output": featurizer_output(cls)}
+    if kind == "models":
+        learner = cls is not None and is_learner(cls)
+        return {
+            "input_kind": model_input_kind(cls),
+            "learner": learner,
+            "requires": list(getattr(cls, "requires", ())) if learner else [],
+        }
+    return {}  # a dataset's facts (propensity) may depend on its options: read per instance
+
+
+def _returned_class(factory: Any) -> type | None:
+    """The class a factory builds: itself when it is one, else its return annotation's class
+    (None when it declares none)."""
+    if isinstance(factory, type):
+        return factory
+    try:
+        returned = typing.get_type_hints(factory).get("return")
+    except (NameError, TypeError):
+        return None
+    return returned if isinstance(returned, type) else None

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.codehash import tool_versions
-from tailkit.components import is_learner, model_input_kind
 from tailkit.errors import InvalidParameterError
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout
@@ -33,7 +32,7 @@ def trains_itself(params: Params, experiment: str, registry: Registry) -> bool:
     with its own objective and solver) rather than an encoder trained by tailkit's loop."""
     name = params.experiment(experiment).model["name"]
     model = registry.get("models", name, f"experiments.{experiment}.model.name")
-    return is_learner(model.factory)
+    return bool(model.traits["learner"])
 
 
 def check_components(params: Params, experiment: str, registry: Registry) -> None:
@@ -69,42 +68,50 @@ def check_components(params: Params, experiment: str, registry: Registry) -> Non
             )
 
 
+def batch_mode(params: Params, experiment: str) -> str:
+    """The batch mode an experiment trains in: ``"sampled"`` when it names a sampler, else
+    ``"full"`` (its loss must take that mode's batch type)."""
+    return "full" if params.experiment(experiment).sampler == NO_SAMPLER else "sampled"
+
+
 def build_objective(params: Params, experiment: str, registry: Registry):
     """Loss and optimiser of an experiment, checked against its sampler before any data is read."""
     check_components(params, experiment, registry)
     exp = params.experiment(experiment)
     key = f"experiments.{experiment}"
-    loss = registry.build("losses", exp.loss, f"{key}.loss")
-    optimizer = build_optimizer(exp.optimizer, f"{key}.optimizer")
-    if loss.mode == "sampled" and exp.sampler == NO_SAMPLER:
+    info = registry.get("losses", exp.loss["name"], f"{key}.loss.name")
+    mode = batch_mode(params, experiment)
+    if mode not in info.modes:
+        if mode == "full":
+            raise InvalidParameterError(
+                f"{key}.sampler: loss {exp.loss['name']!r} takes only sampled batches "
+                "(SampledBatch); name one of the samplers (and set negatives)"
+            )
         raise InvalidParameterError(
-            f"{key}.sampler: loss {exp.loss['name']!r} needs negatives; name one of the "
-            "samplers (and set negatives)"
+            f"{key}.sampler: got {exp.sampler!r}, but loss {exp.loss['name']!r} takes only "
+            "full batches (FullBatch: the logits of all labels); set sampler: none"
         )
     if exp.sampler != NO_SAMPLER and exp.negatives < 1:
-        factory = registry.get("samplers", params.samplers[exp.sampler]["name"], "").factory
-        if getattr(factory, "uses_negatives", True):
+        sampler = registry.get("samplers", params.samplers[exp.sampler]["name"], "")
+        if sampler.traits["uses_negatives"]:
             raise InvalidParameterError(
                 f"{key}.negatives: got {exp.negatives}; sampler {exp.sampler!r} draws "
                 "`negatives` per step, so it must be >= 1"
             )
-    if loss.mode == "full" and exp.sampler != NO_SAMPLER:
-        raise InvalidParameterError(
-            f"{key}.sampler: got {exp.sampler!r}, but loss {exp.loss['name']!r} scores all "
-            "labels; set sampler: none"
-        )
+    loss = registry.build("losses", exp.loss, f"{key}.loss")
+    optimizer = build_optimizer(exp.optimizer, f"{key}.optimizer")
     return loss, optimizer
 
 
 def check_labels(loss, params: Params, experiment: str, meta: dict, registry: Registry) -> None:
     """A one-line error when a full-mode loss that takes one label per row meets multi-label
     data, naming the losses that take it (sampled losses all do, as (row, positive) pairs)."""
-    if not meta.get("multilabel") or loss.mode == "sampled" or loss.multilabel:
+    if not meta.get("multilabel") or batch_mode(params, experiment) == "sampled" or loss.multilabel:
         return
     fits = [
         c.name
         for c in registry.components("losses")
-        if getattr(c.factory, "multilabel", False) or getattr(c.factory, "mode", "") == "sampled"
+        if c.traits["multilabel"] or "sampled" in c.modes
     ]
     name = params.experiment(experiment).loss["name"]
     raise InvalidParameterError(
@@ -122,11 +129,9 @@ def build_model(
     exp = params.experiment(experiment)
     key = f"experiments.{experiment}.model"
     if kind is not None:
-        reads = model_input_kind(registry.get("models", exp.model["name"], f"{key}.name").factory)
+        reads = registry.get("models", exp.model["name"], f"{key}.name").traits["input_kind"]
         if reads != kind:
-            fits = [
-                c.name for c in registry.components("models") if model_input_kind(c.factory) == kind
-            ]
+            fits = [c.name for c in registry.components("models") if c.traits["input_kind"] == kind]
             raise InvalidParameterError(
                 f"{key}: model {exp.model['name']!r} reads {reads} features, but feature set "
                 f"{exp.features!r} ({params.featurize[exp.features]['name']}) holds {kind} ones; "

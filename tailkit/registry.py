@@ -16,10 +16,12 @@ import functools
 import importlib.metadata
 import inspect
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import pluggy
@@ -31,7 +33,7 @@ from tailkit.errors import (
     UnknownComponentError,
     did_you_mean,
 )
-from tailkit.validation import validate_options
+from tailkit.validation import describe_options, validate_options
 
 KINDS = ("datasets", "featurizers", "samplers", "losses", "models")
 SINGULAR = {
@@ -44,8 +46,28 @@ SINGULAR = {
 
 
 @dataclass(frozen=True)
+class OptionInfo:
+    """One option a component takes in ``params.yaml``, from its signature and docstring."""
+
+    name: str
+    type: str  # as the errors word it: "a number", "one of 'mean', 'sum'", ...
+    default: str  # as YAML writes it; "required" when there is none
+    allowed: str  # the range or set of ``constraints``; "" when none
+    doc: str  # one line of the docstring about it; "" when it says nothing
+
+
+@dataclass(frozen=True)
 class Component:
-    """One registered component and where it came from."""
+    """The info record of one registered component, made once at registration: what it is,
+    where it came from, the options it takes and what it declares about itself.
+
+    ``traits`` holds the kind's declared facts with the protocol's defaults filled in
+    (:func:`tailkit.components.declared_traits`): a loss's batch ``modes`` and ``multilabel``;
+    a sampler's ``shared``, ``conditional``, ``uses_negatives`` and ``conditions_on``; a
+    featurizer's ``accepts`` and ``output``; a model's ``input_kind``, ``learner`` and
+    ``requires``. The core, ``tailkit list``/``options``/``plugins``
+    and the contract kit read them here instead of probing the class.
+    """
 
     kind: str
     name: str
@@ -55,6 +77,27 @@ class Component:
     distribution: str
     version: str
     aliases: tuple[str, ...] = ()
+    options: tuple[OptionInfo, ...] = ()
+    traits: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The batch modes a loss takes ("full", "sampled"); empty for other kinds."""
+        return tuple(self.traits.get("modes", ()))
+
+    def info(self) -> dict[str, Any]:
+        """The record as JSON (``tailkit plugins --components``)."""
+        return {
+            "kind": SINGULAR[self.kind],
+            "name": self.name,
+            "description": self.description,
+            "plugin": self.plugin,
+            "distribution": self.distribution,
+            "version": self.version,
+            "aliases": list(self.aliases),
+            "options": [vars(o) for o in self.options],
+            "traits": dict(self.traits),
+        }
 
 
 @dataclass
@@ -70,6 +113,44 @@ class PluginRecord:
 def _first_doc_line(obj: Any) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def option_doc(doc: str, name: str) -> str:
+    """The one line a docstring gives option ``name``: its entry in an ``Options:`` or
+    ``Args:`` list (``name: text``), else the first sentence that quotes it as ``name`` or
+    ``name=...``; "" when it says nothing about it."""
+    entry = re.search(
+        rf"^\s*`*{re.escape(name)}`*\s*(?:\([^)]*\))?\s*:\s+(\S.*)$", doc, re.MULTILINE
+    )
+    if entry:
+        return entry.group(1).strip()
+    flat = " ".join(doc.split())
+    for sentence in re.split(r"(?<=[.;])\s+(?=[A-Z`(])", flat):
+        if re.search(rf"``{re.escape(name)}(``|\s*=)", sentence):
+            return sentence if len(sentence) <= 160 else sentence[:157].rstrip() + "..."
+    return ""
+
+
+def _options(factory: Callable[..., Any]) -> tuple[OptionInfo, ...]:
+    doc = inspect.getdoc(factory) or ""
+    return tuple(
+        OptionInfo(**row, doc=option_doc(doc, row["name"])) for row in describe_options(factory)
+    )
+
+
+def _traits(kind: str, name: str, factory: Callable[..., Any]) -> Mapping[str, Any]:
+    """The component's declared facts; a loss that takes no batch type is refused here, so a
+    plugin learns at load time, not from a ``None`` deep in a training step."""
+    from tailkit.components import BATCH_TYPES, declared_traits
+
+    traits = declared_traits(kind, factory)
+    if kind == "losses" and not traits["modes"]:
+        kinds = " or ".join(t.__name__ for t in BATCH_TYPES.values())
+        raise TypeError(
+            f"loss {name!r}: its forward(batch) must be annotated with the batch type it takes, "
+            f"{kinds} (or both as a union), imported from tailkit.components"
+        )
+    return MappingProxyType(traits)
 
 
 class Registry:
@@ -109,16 +190,6 @@ class Registry:
             description: str | None = None,
             aliases: Sequence[str] = (),
         ) -> None:
-            component = Component(
-                kind=kind,
-                name=name,
-                factory=factory,
-                description=description or _first_doc_line(factory),
-                plugin=record.name,
-                distribution=record.distribution,
-                version=record.version,
-                aliases=tuple(aliases),
-            )
             table = self._components[kind]
             for key in (name, *aliases):
                 if key in table:
@@ -128,6 +199,19 @@ class Registry:
                         f"plugin {record.name!r}; uninstall one, or choose with "
                         "TAILKIT_LOAD_PLUGINS"
                     )
+            component = Component(
+                kind=kind,
+                name=name,
+                factory=factory,
+                description=description or _first_doc_line(factory),
+                plugin=record.name,
+                distribution=record.distribution,
+                version=record.version,
+                aliases=tuple(aliases),
+                options=_options(factory),
+                traits=_traits(kind, name, factory),
+            )
+            for key in (name, *aliases):
                 table[key] = component
             record.registered.setdefault(kind, []).append(name)
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Encoder, Learner, Loss, LossInput
+from tailkit.components import Encoder, FullBatch, Learner, Loss, SampledBatch
 from tailkit.errors import DataValidationError, PluginError
 from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.registry import KINDS, make_registry
@@ -140,22 +140,21 @@ def test_dataset(component, tmp_path: Path) -> None:
 class UnmaskedLoss(Loss):
     """Sampled binary loss that forgets to mask accidental hits."""
 
-    mode = "sampled"
-
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: SampledBatch) -> torch.Tensor:
         return F.softplus(-batch.pos_logits).sum() + F.softplus(batch.neg_logits).sum()
 
 
 class WrongModeLoss(Loss):
-    """A loss with a mode the core does not know."""
+    """A loss whose forward names no batch type the core knows."""
 
-    mode = "partial"  # type: ignore[assignment]
+    def forward(self, batch: dict) -> torch.Tensor:
+        return batch["logits"].sum()
 
 
 class InPlaceAdjust(Loss):
     """Full softmax whose score adjustment writes into its input."""
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         return F.cross_entropy(batch.logits, batch.labels)
 
     def adjust_scores(self, scores, x, label_ids, ctx):
@@ -269,7 +268,7 @@ class BadDefault:
     ("check", "factory", "match"),
     [
         pytest.param(check_loss, UnmaskedLoss, "accidental hit", id="loss-unmasked-hits"),
-        pytest.param(check_loss, WrongModeLoss, "mode is 'partial'", id="loss-mode"),
+        pytest.param(check_loss, WrongModeLoss, "names no batch type", id="loss-mode"),
         pytest.param(check_loss, InPlaceAdjust, "in place", id="loss-in-place"),
         pytest.param(check_sampler, LyingSampler, "differs from log_prob", id="sampler-log-q"),
         pytest.param(check_sampler, UnnormalisedSampler, "not 1", id="sampler-normalised"),
@@ -322,3 +321,18 @@ class _ForgetfulLearner(Learner):
 def test_the_learner_contract_catches_a_model_that_saves_nothing() -> None:
     with pytest.raises(ContractError, match="fit left no files in the directory it was given"):
         check_model(_ForgetfulLearner)
+
+
+def test_plugins_md_documents_every_batch_field():
+    """docs/plugins.md has one table row per field of each batch type, and no other, so the
+    documentation cannot drift from the seam."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
+    for cls in (FullBatch, SampledBatch):
+        section = text.split(f"#### {cls.__name__}\n", 1)[1].split("\n\n", 1)[0]
+        documented = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
+        fields = [f.name for f in dataclasses.fields(cls)]
+        assert sorted(documented) == sorted(fields), cls.__name__

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from tailkit.components import LossInput
 from tailkit.errors import InvalidParameterError
 from tailkit.plugins.losses.class_balanced import ClassBalancedLoss, class_balanced_weights
 from tailkit.plugins.losses.ldam import LDAM, ldam_margins
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.testing import check_loss, check_options
+from tailkit.testing.batches import full_batch
 from tailkit.training.output_layer import OutputLayer
 from tailkit.validation import validate_options
 
@@ -111,7 +111,7 @@ def random_case(seed: int, b: int, c: int, *, cosine: bool = False) -> dict:
 
 def make_batch(case: dict, *, dtype=torch.float64, device="cpu", scale=1.0, epoch=0, grad=False):
     logits = torch.tensor(case["logits"] * scale, dtype=dtype, device=device)
-    return LossInput(
+    return full_batch(
         labels=torch.tensor(case["labels"], device=device),
         logits=logits.requires_grad_(grad),
         epoch=epoch,
@@ -178,7 +178,7 @@ def test_ldam_toy_value_from_section_12() -> None:
     loss = set_up(LDAM(s=30.0, max_m=0.5), [100, 10, 1])
     assert loss.margins.tolist() == pytest.approx([0.158114, 0.281171, 0.5], abs=1e-6)
     z = torch.tensor([[0.2, 0.5, -0.1]], dtype=torch.float64)
-    batch = LossInput(labels=torch.tensor([2]), logits=30.0 * z)
+    batch = full_batch(labels=torch.tensor([2]), logits=30.0 * z)
     assert loss(batch).item() == pytest.approx(33.000123, abs=1e-6)
     assert SoftmaxCE()(batch).item() == pytest.approx(18.000123, abs=1e-6)
     assert set_up(LDAM(max_m=0.0), [100, 10, 1])(batch).item() == pytest.approx(18.000123, abs=1e-6)
@@ -223,7 +223,7 @@ def test_ldam_equals_pytorch_weighted_cross_entropy() -> None:
         ref = torch.nn.functional.cross_entropy(
             30.0 * (z - m[y].unsqueeze(1) * onehot), y, weight=w, reduction=reduction
         )
-        got = loss(LossInput(labels=y, logits=30.0 * z, epoch=1))
+        got = loss(full_batch(labels=y, logits=30.0 * z, epoch=1))
         assert got.item() == pytest.approx(ref.item(), rel=1e-12)
 
 
@@ -236,24 +236,24 @@ def test_ldam_mean_is_the_weighted_mean() -> None:
     per = torch.stack(
         [
             set_up(LDAM(reduction="sum"), counts)(
-                LossInput(labels=labels[i : i + 1], logits=logits[i : i + 1])
+                full_batch(labels=labels[i : i + 1], logits=logits[i : i + 1])
             )
             for i in range(len(labels))
         ]
     )
     w = torch.tensor(np_cb_weights(counts, 0.9999), dtype=torch.float64)[labels]
-    value = set_up(LDAM(drw_epoch=0), counts)(LossInput(labels=labels, logits=logits)).item()
+    value = set_up(LDAM(drw_epoch=0), counts)(full_batch(labels=labels, logits=logits)).item()
     weighted_mean = ((w * per).sum() / w.sum()).item()
     batch_mean = (w * per).mean().item()
     assert value == pytest.approx(weighted_mean, rel=1e-12)
     assert abs(weighted_mean - batch_mean) > 1.0  # the two readings are far apart here
     total = set_up(LDAM(drw_epoch=0, reduction="sum"), counts)(
-        LossInput(labels=labels, logits=logits)
+        full_batch(labels=labels, logits=logits)
     )
     assert total.item() == pytest.approx((w * per).sum().item(), rel=1e-12)
     # All-ones weights (β = 0) make DRW a no-op.
-    same = set_up(LDAM(drw_epoch=0, beta=0.0), counts)(LossInput(labels=labels, logits=logits))
-    plain = set_up(LDAM(), counts)(LossInput(labels=labels, logits=logits))
+    same = set_up(LDAM(drw_epoch=0, beta=0.0), counts)(full_batch(labels=labels, logits=logits))
+    plain = set_up(LDAM(), counts)(full_batch(labels=labels, logits=logits))
     assert same.item() == pytest.approx(plain.item(), rel=1e-12)
     assert plain.item() == pytest.approx(per.mean().item(), rel=1e-12)
 
@@ -284,7 +284,7 @@ def test_ldam_gradcheck_with_drw() -> None:
     logits = torch.tensor(case["logits"] * 30.0, requires_grad=True)
     for epoch in (0, 2):
         assert torch.autograd.gradcheck(
-            lambda x, e=epoch: loss(LossInput(labels=labels, logits=x, epoch=e)), (logits,)
+            lambda x, e=epoch: loss(full_batch(labels=labels, logits=x, epoch=e)), (logits,)
         )
 
 
@@ -308,7 +308,7 @@ def test_cb_focal_terms_from_section_12() -> None:
 
     def value(row: list[float]) -> float:
         logits = torch.tensor([row], dtype=torch.float64)
-        return loss(LossInput(labels=torch.tensor([2]), logits=logits)).item()
+        return loss(full_batch(labels=torch.tensor([2]), logits=logits)).item()
 
     last = value([-1e4, -1e4, 0.5])
     terms = [value([2.0, -1e4, 0.5]) - last, value([-1e4, -1.0, 0.5]) - last, last]
@@ -357,7 +357,7 @@ def test_cb_softmax_mean_is_the_batch_mean() -> None:
     per = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
     w = torch.tensor(np_cb_weights(counts, 0.9999), dtype=torch.float64)[labels]
     value = set_up(ClassBalancedLoss(loss_type="softmax"), counts)(
-        LossInput(labels=labels, logits=logits)
+        full_batch(labels=labels, logits=logits)
     )
     assert value.item() == pytest.approx((w * per).sum().item() / len(labels), rel=1e-12)
     assert abs(value.item() - ((w * per).sum() / w.sum()).item()) > 0.1
@@ -383,7 +383,7 @@ def test_focal_is_stable_for_extreme_logits_in_float32(gamma: float) -> None:
         ClassBalancedLoss(loss_type="focal", beta=0.0, gamma=gamma, reduction="sum"), [1] * 4
     )
     logits = torch.tensor(rows, dtype=torch.float32, requires_grad=True)
-    out = loss(LossInput(labels=torch.tensor(labels), logits=logits))
+    out = loss(full_batch(labels=torch.tensor(labels), logits=logits))
     expected = np_cb(
         rows, labels, [1] * 4, loss_type="focal", beta=0.0, gamma=gamma, reduction="sum"
     )
@@ -408,7 +408,7 @@ def test_cb_gradcheck(loss_type: str, gamma: float, reduction: str) -> None:
     )
     labels = torch.tensor(case["labels"])
     logits = torch.tensor(case["logits"], requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: loss(LossInput(labels=labels, logits=x)), (logits,))
+    assert torch.autograd.gradcheck(lambda x: loss(full_batch(labels=labels, logits=x)), (logits,))
 
 
 def test_cb_initial_bias_and_confidence() -> None:
@@ -438,7 +438,7 @@ def test_cb_tables_are_not_saved() -> None:
 
 @pytest.mark.parametrize("factory", [LDAM, lambda: ClassBalancedLoss(loss_type="sigmoid")])
 def test_forward_before_setup_raises(factory) -> None:
-    batch = LossInput(labels=torch.tensor([0]), logits=torch.zeros(1, 3))
+    batch = full_batch(labels=torch.tensor([0]), logits=torch.zeros(1, 3))
     with pytest.raises(RuntimeError, match=r"setup\(class_counts\)"):
         factory()(batch)
 
@@ -447,9 +447,7 @@ def test_forward_before_setup_raises(factory) -> None:
 def test_wrong_number_of_classes_raises(factory) -> None:
     loss = set_up(factory(), [10, 5, 1])
     with pytest.raises(ValueError, match="4 classes"):
-        loss(LossInput(labels=torch.tensor([0]), logits=torch.zeros(1, 4)))
-    with pytest.raises(ValueError, match=r"batch\.logits"):
-        loss(LossInput(labels=torch.tensor([0])))
+        loss(full_batch(labels=torch.tensor([0]), logits=torch.zeros(1, 4)))
 
 
 @pytest.mark.parametrize(

@@ -8,13 +8,14 @@ References are independent float64 numpy loops written from the formulas.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from tailkit.components import LossInput, PredictionContext
+from tailkit.components import Batch, PredictionContext
 from tailkit.plugins.losses.decoupled import Decoupled, SampledDecoupled
 from tailkit.plugins.losses.logit_adjusted import BalancedSoftmax, LogitAdjusted
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
@@ -22,6 +23,7 @@ from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.mlp import MLP
 from tailkit.plugins.samplers.in_batch import InBatchSampler
 from tailkit.plugins.samplers.model_based import ModelBasedSampler
+from tailkit.testing.batches import full_batch, sampled_batch
 from tailkit.training.output_layer import OutputLayer
 
 SEEDS = [0, 1, 2]
@@ -66,9 +68,9 @@ def counts_for(c: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(rng.integers(1, 500, c))[::-1].astype(np.float64)
 
 
-def full_input(logits: np.ndarray, labels: np.ndarray, dtype, grad=False) -> LossInput:
+def full_input(logits: np.ndarray, labels: np.ndarray, dtype, grad=False) -> Batch:
     t = torch.tensor(logits, dtype=dtype, requires_grad=grad)
-    return LossInput(labels=torch.tensor(labels), logits=t)
+    return full_batch(labels=torch.tensor(labels), logits=t)
 
 
 # ---------------------------------------------------------------- logit adjustment, BS
@@ -156,7 +158,7 @@ def test_gradcheck_prior_losses(loss) -> None:
     loss.setup(torch.tensor(counts_for(6, rng)))
     logits = torch.tensor(rng.normal(0, 2, (4, 6)), requires_grad=True)
     labels = torch.tensor(rng.integers(0, 6, 4))
-    assert torch.autograd.gradcheck(lambda f: loss(LossInput(labels=labels, logits=f)), (logits,))
+    assert torch.autograd.gradcheck(lambda f: loss(full_batch(labels=labels, logits=f)), (logits,))
 
 
 # ---------------------------------------------------------------- decoupled
@@ -181,7 +183,7 @@ def sampled_input(rng, b, m, c, *, dtype=torch.float64, shared=False):
     hits = (ids[None, :] if shared else ids) == labels[:, None]
     counts = counts_for(c, rng)
     log_prior = np.log(counts / counts.sum())
-    batch = LossInput(
+    batch = sampled_batch(
         labels=torch.tensor(labels),
         pos_logits=torch.tensor(logits[np.arange(b), labels], dtype=dtype, requires_grad=True),
         neg_logits=torch.tensor(neg, dtype=dtype, requires_grad=True),
@@ -189,7 +191,6 @@ def sampled_input(rng, b, m, c, *, dtype=torch.float64, shared=False):
         neg_log_q=torch.tensor(table[ids], dtype=dtype),
         hits=torch.tensor(hits),
         neg_ids=torch.tensor(ids),
-        num_negatives=m,
         log_prior=torch.tensor(log_prior, dtype=dtype),
     )
     return batch, {
@@ -273,7 +274,7 @@ def test_gradcheck_sampled_losses(weighting) -> None:
     for loss in (SampledSoftmax(weighting=weighting), SampledDecoupled(weighting=weighting)):
 
         def f(pos, neg, loss=loss):
-            return loss(LossInput(**{**batch.__dict__, "pos_logits": pos, "neg_logits": neg}))
+            return loss(replace(batch, pos_logits=pos, neg_logits=neg))
 
         assert torch.autograd.gradcheck(f, (batch.pos_logits, batch.neg_logits))
 
@@ -285,7 +286,7 @@ def test_gradcheck_decoupled() -> None:
     for margin_loss in ("logistic", "hinge"):
         loss = Decoupled(margin_loss=margin_loss)
         assert torch.autograd.gradcheck(
-            lambda f, loss=loss: loss(LossInput(labels=labels, logits=f)), (logits,)
+            lambda f, loss=loss: loss(full_batch(labels=labels, logits=f)), (logits,)
         )
 
 
@@ -317,14 +318,13 @@ def _sampled_rows(logits, labels, ids, log_q, log_prior, loss):
     b = logits.shape[0]
     rows = torch.arange(b)
     return loss(
-        LossInput(
+        sampled_batch(
             labels=labels,
             pos_logits=logits[rows, labels],
             neg_logits=logits.gather(1, ids),
             neg_log_q=log_q,
             hits=ids == labels[:, None],
             neg_ids=ids,
-            num_negatives=ids.shape[1],
             log_prior=log_prior,
         )
     )
@@ -341,7 +341,7 @@ def test_relative_weighting_tends_to_the_logit_adjusted_loss() -> None:
     labels = torch.multinomial(counts, b, replacement=True, generator=g)
     la = LogitAdjusted(tau=tau)
     la.setup(counts)
-    target = la(LossInput(labels=labels, logits=logits)).item()
+    target = la(full_batch(labels=labels, logits=logits)).item()
     q = torch.rand(c, generator=g, dtype=torch.float64) + 0.2
     log_q_table = (q / q.sum()).log()
     loss = SampledSoftmax(weighting="relative", tau=tau)
@@ -377,14 +377,13 @@ def test_in_batch_constant_weights_are_logit_adjustment_on_the_negative_side() -
     for _ in range(batches):
         y = torch.multinomial(pi, b, replacement=True, generator=g)
         ids, log_q = sampler.sample(None, y, 0, g)
-        batch = LossInput(
+        batch = sampled_batch(
             labels=torch.tensor([anchor]),
             pos_logits=f[anchor : anchor + 1],
             neg_logits=f[ids].unsqueeze(0),
             neg_log_q=log_q,
             hits=(ids == anchor).unsqueeze(0),
             neg_ids=ids,
-            num_negatives=b,
         )
         partition.append(math.expm1(loss(batch).item()))
     partition = np.array(partition)
@@ -438,7 +437,7 @@ def test_model_based_importance_tends_to_the_full_softmax() -> None:
     c, b, m = 300, 16, 32
     logits = torch.randn(b, c, generator=g, dtype=torch.float64) * 2
     labels = torch.randint(c, (b,), generator=g)
-    full = SoftmaxCE()(LossInput(labels=labels, logits=logits)).item()
+    full = SoftmaxCE()(full_batch(labels=labels, logits=logits)).item()
     sampler = ModelBasedSampler()
     sampler.fit(None, torch.arange(c), c)
     values = []

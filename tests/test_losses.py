@@ -10,16 +10,26 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from tailkit.components import LossInput, PredictionContext, Sampler
+from tailkit.components import (
+    Batch,
+    FullBatch,
+    Loss,
+    PredictionContext,
+    SampledBatch,
+    Sampler,
+    batch_modes,
+)
 from tailkit.errors import InvalidParameterError
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.losses.softmax import SoftmaxCE
+from tailkit.testing.batches import full_batch, sampled_batch
 from tailkit.validation import validate_options
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -101,21 +111,20 @@ def to_input(
     device: str = "cpu",
     conditional: bool = False,
     requires_grad: bool = False,
-) -> LossInput:
+) -> Batch:
     def t(a: np.ndarray) -> torch.Tensor:
         return torch.tensor(a, dtype=dtype, device=device)
 
     pos, neg = t(arrays["pos"]), t(arrays["neg"])
     pos.requires_grad_(requires_grad)
     neg.requires_grad_(requires_grad)
-    return LossInput(
+    return sampled_batch(
         labels=torch.zeros(len(arrays["pos"]), dtype=torch.long, device=device),
         pos_logits=pos,
         neg_logits=neg,
         pos_log_q=t(arrays["pos_log_q"]),
         neg_log_q=t(arrays["neg_log_q"]),
         hits=torch.tensor(arrays["hits"], device=device),
-        num_negatives=neg.shape[1],
         sampler_conditional=conditional,
     )
 
@@ -158,7 +167,7 @@ def test_softmax_matches_numpy(device: str, dtype: torch.dtype, reduction: str) 
         rng = np.random.default_rng(seed)
         logits = rng.normal(0.0, 3.0, (b, c))
         labels = rng.integers(0, c, b)
-        batch = LossInput(
+        batch = full_batch(
             labels=torch.tensor(labels, device=device),
             logits=torch.tensor(logits, dtype=dtype, device=device),
         )
@@ -169,7 +178,7 @@ def test_softmax_matches_numpy(device: str, dtype: torch.dtype, reduction: str) 
 
 def test_softmax_is_stable_for_huge_logits() -> None:
     logits = torch.tensor([[1000.0, 0.0, -1000.0]], dtype=torch.float32)
-    out = SoftmaxCE()(LossInput(labels=torch.tensor([1]), logits=logits))
+    out = SoftmaxCE()(full_batch(labels=torch.tensor([1]), logits=logits))
     assert out.item() == pytest.approx(1000.0)
 
 
@@ -213,23 +222,22 @@ def test_sampled_softmax_log_q_in_another_dtype() -> None:
     """A sampler may hand float32 log q to a float64 model: the loss keeps the logits' dtype."""
     arrays = random_sampled(4, 3, 5, shared=False, with_hits=False)
     batch = to_input(arrays)
-    batch.neg_log_q = batch.neg_log_q.float()
+    batch = replace(batch, neg_log_q=batch.neg_log_q.float())
     assert SampledSoftmax()(batch).dtype == torch.float64
 
 
 # ---------------------------------------------------------------- §12 vectors
 
 
-def tf_row(hit_second: bool) -> LossInput:
+def tf_row(hit_second: bool) -> Batch:
     m = 2  # expected count = m * q, so q = expected_count / m
-    return LossInput(
+    return sampled_batch(
         labels=torch.tensor([0]),
         pos_logits=torch.tensor([1.0], dtype=torch.float64),
         neg_logits=torch.tensor([[0.5, 2.0]], dtype=torch.float64),
         pos_log_q=torch.log(torch.tensor([0.5], dtype=torch.float64) / m),
         neg_log_q=torch.log(torch.tensor([0.5, 0.25], dtype=torch.float64) / m),
         hits=torch.tensor([[False, hit_second]]),
-        num_negatives=m,
     )
 
 
@@ -250,15 +258,14 @@ def test_tf_sampled_softmax_vector_with_accidental_hit() -> None:
     assert loss(tf_row(True)).item() == pytest.approx(0.474077, abs=1e-6)
 
 
-def bm_row(reg_hits: bool = False) -> LossInput:
-    return LossInput(
+def bm_row(reg_hits: bool = False) -> Batch:
+    return sampled_batch(
         labels=torch.tensor([0]),
         pos_logits=torch.tensor([1.2], dtype=torch.float64),
         neg_logits=torch.tensor([[-0.3, 0.8]], dtype=torch.float64),
         pos_log_q=torch.tensor([-2.0], dtype=torch.float64),
         neg_log_q=torch.tensor([[-1.0, -3.0]], dtype=torch.float64),
         hits=torch.tensor([[False, reg_hits]]),
-        num_negatives=2,
         sampler_conditional=True,
     )
 
@@ -272,8 +279,7 @@ def test_bamler_mandt_vector() -> None:
 
 
 def test_bamler_mandt_unconditional_uses_zero_log_q() -> None:
-    batch = bm_row()
-    batch.sampler_conditional = False
+    batch = replace(bm_row(), sampler_conditional=False)
     reg = NegativeSampling(reg=1.0)(batch).item() - NegativeSampling(reg=0.0)(batch).item()
     assert reg == pytest.approx(1.2**2 + (0.3**2 + 0.8**2) / 2, abs=1e-12)
 
@@ -323,7 +329,7 @@ def test_gradcheck_softmax() -> None:
     for reduction in ("mean", "sum"):
         loss = SoftmaxCE(reduction=reduction)
         assert torch.autograd.gradcheck(
-            lambda z, loss=loss: loss(LossInput(labels=labels, logits=z)), (logits,)
+            lambda z, loss=loss: loss(full_batch(labels=labels, logits=z)), (logits,)
         )
 
 
@@ -335,7 +341,7 @@ def test_gradcheck_sampled_softmax(weighting: str, positive_correction: bool) ->
     loss = SampledSoftmax(weighting=weighting, positive_correction=positive_correction)
 
     def f(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
-        return loss(LossInput(**{**vars(batch), "pos_logits": pos, "neg_logits": neg}))
+        return loss(replace(batch, pos_logits=pos, neg_logits=neg))
 
     assert torch.autograd.gradcheck(f, (batch.pos_logits, batch.neg_logits))
 
@@ -347,7 +353,7 @@ def test_gradcheck_negative_sampling(conditional: bool) -> None:
     loss = NegativeSampling(reg=0.3)
 
     def f(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
-        return loss(LossInput(**{**vars(batch), "pos_logits": pos, "neg_logits": neg}))
+        return loss(replace(batch, pos_logits=pos, neg_logits=neg))
 
     assert torch.autograd.gradcheck(f, (batch.pos_logits, batch.neg_logits))
 
@@ -376,7 +382,7 @@ def test_sampled_softmax_hit_gets_exactly_zero_probability_and_gradient(dtype) -
     # hit's logit can be anything, even one whose exp overflows, and the loss does not move.
     huge = batch.neg_logits.detach().clone()
     huge[0, 1] = huge[2, 3] = 1e4
-    moved = loss(LossInput(**{**vars(batch), "neg_logits": huge}))
+    moved = loss(replace(batch, neg_logits=huge))
     assert torch.isfinite(moved)
     assert moved.item() == value.item()
 
@@ -418,7 +424,7 @@ def test_sum_is_batch_size_times_mean() -> None:
     arrays = random_sampled(9, 6, 5, shared=False, with_hits=True)
     batch = to_input(arrays, conditional=True)
     logits = torch.tensor(np.random.default_rng(9).normal(size=(6, 11)))
-    full = LossInput(labels=torch.arange(6), logits=logits)
+    full = full_batch(labels=torch.arange(6), logits=logits)
     pairs = [
         (SoftmaxCE(reduction="sum")(full), SoftmaxCE(reduction="mean")(full)),
         (SampledSoftmax(reduction="sum")(batch), SampledSoftmax(reduction="mean")(batch)),
@@ -442,20 +448,19 @@ def test_importance_sampled_softmax_converges_to_full_softmax() -> None:
     c, b, draws = 200, 32, 60
     logits = torch.randn(b, c, generator=g, dtype=torch.float64) * 1.5
     labels = torch.randint(c, (b,), generator=g)
-    full = SoftmaxCE()(LossInput(labels=labels, logits=logits)).item()
+    full = SoftmaxCE()(full_batch(labels=labels, logits=logits)).item()
     rows = torch.arange(b)
 
     def draw(loss: SampledSoftmax, m: int) -> torch.Tensor:
         out = []
         for _ in range(draws):
             ids = torch.randint(c, (b, m), generator=g)  # uniform, with replacement
-            batch = LossInput(
+            batch = sampled_batch(
                 labels=labels,
                 pos_logits=logits[rows, labels],
                 neg_logits=logits.gather(1, ids),
                 neg_log_q=torch.full((m,), -math.log(c), dtype=torch.float64),
                 hits=ids == labels[:, None],
-                num_negatives=m,
             )
             out.append(loss(batch))
         return torch.stack(out)
@@ -535,9 +540,22 @@ def test_sampled_softmax_adjust_scores_only_when_asked() -> None:
 
 
 def test_modes_and_descriptions() -> None:
-    assert SoftmaxCE.mode == "full"
-    assert SampledSoftmax.mode == "sampled"
-    assert NegativeSampling.mode == "sampled"
+    """A loss's modes are the batch types its forward takes, read from the annotation."""
+    assert batch_modes(SoftmaxCE) == ("full",)
+    assert batch_modes(SampledSoftmax()) == ("sampled",)
+    assert batch_modes(NegativeSampling) == ("sampled",)
+
+    class Either(Loss):
+        def forward(self, batch: FullBatch | SampledBatch) -> torch.Tensor:
+            return batch.labels.sum()
+
+    class Untyped(Loss):
+        def forward(self, batch) -> torch.Tensor:
+            return batch.labels.sum()
+
+    assert batch_modes(Either) == ("full", "sampled")
+    assert batch_modes(Untyped) == ()
+    assert batch_modes(Loss) == ()
     first = inspect.getdoc(SoftmaxCE).splitlines()[0]
     assert first == "Full softmax cross-entropy over all C labels."
     for cls in (SampledSoftmax, NegativeSampling):
@@ -560,14 +578,25 @@ def test_options_are_validated() -> None:
     assert loss.positive_correction and loss.correct_at_prediction
 
 
-def test_missing_inputs_raise_clear_errors() -> None:
-    with pytest.raises(ValueError, match="logits"):
-        SoftmaxCE()(LossInput(labels=torch.tensor([0])))
-    arrays = random_sampled(0, 2, 3, shared=True, with_hits=False)
-    batch = to_input(arrays)
-    batch.neg_log_q = None
-    with pytest.raises(ValueError, match="neg_log_q"):
-        SampledSoftmax()(batch)
-    SampledSoftmax(weighting="constant")(batch)  # constant weights need no log q
-    with pytest.raises(ValueError, match="pos_log_q"):
-        NegativeSampling()(LossInput(**{**vars(batch), "sampler_conditional": True}))
+def test_batches_are_typed_and_frozen() -> None:
+    """Each mode's batch has exactly its fields, all required, and cannot be changed in a step."""
+    import dataclasses
+
+    full = {f.name for f in dataclasses.fields(FullBatch)}
+    sampled = {f.name for f in dataclasses.fields(SampledBatch)}
+    shared = {"labels", "log_prior", "embeddings", "epoch", "step"}
+    assert full - shared == {"logits", "num_classes", "label_start"}
+    assert sampled - shared == {
+        "pos_logits", "neg_logits", "neg_ids", "pos_log_q", "neg_log_q", "hits",
+        "sampler_conditional",
+    }  # fmt: skip
+    with pytest.raises(TypeError, match="logits"):
+        FullBatch(labels=torch.tensor([0]), log_prior=torch.zeros(3), embeddings=torch.zeros(1, 2))
+    batch = to_input(random_sampled(0, 2, 3, shared=True, with_hits=False))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.neg_log_q = None
+    assert batch.num_negatives == 3
+    whole = full_batch(labels=torch.tensor([0]), logits=torch.zeros(1, 5))
+    assert whole.whole and (whole.label_start, whole.label_stop) == (0, 5)
+    shard = replace(whole, logits=torch.zeros(1, 2), label_start=3)
+    assert not shard.whole and shard.label_stop == 5

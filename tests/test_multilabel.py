@@ -17,7 +17,7 @@ import torch
 
 from tailkit import hookimpl, tensorfile
 from tailkit.cache import read_features, write_features
-from tailkit.components import LossInput, RawData
+from tailkit.components import RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.metrics import inverse_propensity
 from tailkit.label_table import read_label_table
@@ -29,6 +29,7 @@ from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.registry import make_registry
 from tailkit.splits import read_meta, read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
+from tailkit.testing.batches import full_batch
 from tailkit.training.loop import sampled_input
 from tailkit.training.output_layer import OutputLayer
 
@@ -328,16 +329,16 @@ def test_softmax_on_label_lists_is_pal_n() -> None:
     logits = torch.randn(4, 6, generator=g, dtype=torch.float64, requires_grad=True)
     lists = [[0, 3], [], [5], [1, 2, 4]]
     padded = LabelSets.from_lists(lists, 6).padded()
-    got = SoftmaxCE()(LossInput(labels=padded, logits=logits))
+    got = SoftmaxCE()(full_batch(labels=padded, logits=logits))
     log_p = torch.log_softmax(logits, 1)
     want = sum(-sum(log_p[i, j] for j in s) / len(s) for i, s in enumerate(lists) if s) / 4
     assert torch.allclose(got, want)
     # One label per row: exactly the single-label cross-entropy.
     single = torch.tensor([[2], [0], [5], [1]])
-    flat = SoftmaxCE()(LossInput(labels=single.squeeze(1), logits=logits))
-    assert torch.allclose(SoftmaxCE()(LossInput(labels=single, logits=logits)), flat)
+    flat = SoftmaxCE()(full_batch(labels=single.squeeze(1), logits=logits))
+    assert torch.allclose(SoftmaxCE()(full_batch(labels=single, logits=logits)), flat)
     assert torch.autograd.gradcheck(
-        lambda s: SoftmaxCE()(LossInput(labels=padded, logits=s)), (logits,)
+        lambda s: SoftmaxCE()(full_batch(labels=padded, logits=s)), (logits,)
     )
 
 
@@ -348,7 +349,7 @@ def test_decoupled_on_label_lists_is_one_vs_all_over_the_row_s_labels(margin_los
     lists = [[0, 3], [], [5], [1, 2, 4]]
     padded = LabelSets.from_lists(lists, 6).padded()
     loss = Decoupled(margin_loss=margin_loss)
-    got = loss(LossInput(labels=padded, logits=logits))
+    got = loss(full_batch(labels=padded, logits=logits))
     f = logits.detach().numpy()
     if margin_loss == "logistic":
         pos, neg = (lambda v: np.log1p(np.exp(-v))), (lambda v: np.log1p(np.exp(v)))
@@ -360,10 +361,10 @@ def test_decoupled_on_label_lists_is_one_vs_all_over_the_row_s_labels(margin_los
     assert got.item() == pytest.approx(np.mean(per_row), rel=1e-12)
     single = torch.tensor([2, 0, 5, 1])
     assert torch.allclose(
-        loss(LossInput(labels=single.unsqueeze(1), logits=logits)),
-        loss(LossInput(labels=single, logits=logits)),
+        loss(full_batch(labels=single.unsqueeze(1), logits=logits)),
+        loss(full_batch(labels=single, logits=logits)),
     )
-    assert torch.autograd.gradcheck(lambda s: loss(LossInput(labels=padded, logits=s)), (logits,))
+    assert torch.autograd.gradcheck(lambda s: loss(full_batch(labels=padded, logits=s)), (logits,))
 
 
 class _FixedNegatives:
@@ -389,7 +390,8 @@ def test_sampled_view_scores_every_positive_and_masks_every_own_label(shared: bo
     layer = OutputLayer(6, 3, generator=torch.Generator().manual_seed(0))
     z = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
     neg = torch.tensor([3, 5, 1]) if shared else torch.randint(0, 6, (6, 3))
-    batch, rows = sampled_input(layer, _FixedNegatives(neg), z, z, y, 3, None)
+    log_prior = torch.full((6,), -math.log(6))
+    batch, rows = sampled_input(layer, _FixedNegatives(neg), z, z, y, 3, None, log_prior=log_prior)
     pair_rows, pos, got_neg = y.pairs()[0], batch.labels, batch.neg_ids
     assert rows.ids.tolist() == sorted({*pos.tolist(), *got_neg.reshape(-1).tolist()})
     assert pair_rows.tolist() == [0, 0, 2, 3, 3, 3] and pos.tolist() == [0, 3, 5, 1, 2, 4]

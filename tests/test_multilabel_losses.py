@@ -14,10 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import LossInput
+from tailkit.components import batch_modes
 from tailkit.errors import InvalidParameterError
 from tailkit.plugins.losses.multilabel import MultilabelCE, NWayMClass
 from tailkit.testing import check_loss, check_options
+from tailkit.testing.batches import full_batch
 from tailkit.validation import validate_options
 
 DTYPES = [torch.float32, torch.float64]
@@ -124,16 +125,23 @@ def random_lists(seed: int, b: int, c: int) -> tuple[np.ndarray, list[set[int]]]
     return ids, sets
 
 
-def batch_of(
-    logits: torch.Tensor, labels: torch.Tensor | None = None, targets: torch.Tensor | None = None
-) -> LossInput:
-    if labels is None:  # the core always fills labels; targets take precedence over them
+def apply(
+    loss: torch.nn.Module,
+    logits: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    targets: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The loss on dense ``targets`` (its ``soft`` form) when given, else on label ids as the
+    core hands them (a FullBatch; one label 0 per row when none are given)."""
+    if targets is not None:
+        return loss.soft(logits, targets)
+    if labels is None:
         labels = torch.zeros(logits.shape[0], dtype=torch.int64)
-    return LossInput(labels=labels, logits=logits, targets=targets)
+    return loss(full_batch(labels=labels, logits=logits))
 
 
 def value(loss: torch.nn.Module, logits, labels=None, targets=None) -> float:
-    return loss(batch_of(logits, labels, targets)).item()
+    return apply(loss, logits, labels, targets).item()
 
 
 # ---------------------------------------------------------------- multilabel CE vs references
@@ -205,15 +213,15 @@ def test_pairwise_single_label_is_softmax_ce(dtype, seed) -> None:
     tol = tolerances(dtype)
     # (B,) ids, (B, 1) ids through the sparse mass subtraction, and one-hot dense targets.
     for got in (
-        loss(batch_of(logits, labels=y)),
-        loss(batch_of(logits, labels=torch.stack([y, torch.full_like(y, -1)], dim=1))),
-        loss(batch_of(logits, targets=F.one_hot(y, c).to(dtype))),
+        apply(loss, logits, labels=y),
+        apply(loss, logits, labels=torch.stack([y, torch.full_like(y, -1)], dim=1)),
+        apply(loss, logits, targets=F.one_hot(y, c).to(dtype)),
     ):
         torch.testing.assert_close(got, want, **tol)
     # And the gradients agree, not only the values.
     a = logits.clone().requires_grad_(True)
     b_ = logits.clone().requires_grad_(True)
-    loss(batch_of(a, labels=y)).backward()
+    apply(loss, a, labels=y).backward()
     F.cross_entropy(b_, y).backward()
     torch.testing.assert_close(a.grad, b_.grad, **tol)
 
@@ -286,7 +294,7 @@ def test_section12_soft_label_optimum() -> None:
         s_opt, torch.tensor([[-0.693147, 1.098612, 0.0]], dtype=torch.float64), atol=1e-6, rtol=0
     )
     s = s_opt.clone().requires_grad_(True)
-    loss = MultilabelCE()(batch_of(s, targets=t))
+    loss = apply(MultilabelCE(), s, targets=t)
     assert loss.item() == pytest.approx(1.576915, abs=1e-6)
     loss.backward()
     assert float(s.grad.abs().max()) < 1e-12
@@ -303,7 +311,7 @@ def test_section12_soft_label_optimum() -> None:
 
 
 def gradcheck(loss, logits: torch.Tensor, **kwargs) -> bool:
-    return torch.autograd.gradcheck(lambda z: loss(batch_of(z, **kwargs)), (logits,))
+    return torch.autograd.gradcheck(lambda z: apply(loss, z, **kwargs), (logits,))
 
 
 @pytest.mark.parametrize("threshold", [True, False])
@@ -340,7 +348,7 @@ def test_sparse_is_finite_when_positives_hold_all_mass(dtype, threshold, labels)
     positive = torch.zeros(2, 4, dtype=torch.bool)
     positive.scatter_(1, labels.view(2, -1).clamp(min=0), labels.view(2, -1) >= 0)
     logits = torch.where(positive, 50.0, -50.0).to(dtype).requires_grad_(True)
-    loss = MultilabelCE(threshold=threshold)(batch_of(logits, labels=labels))
+    loss = apply(MultilabelCE(threshold=threshold), logits, labels=labels)
     loss.backward()
     assert torch.isfinite(loss)
     assert torch.isfinite(logits.grad).all()
@@ -373,9 +381,9 @@ def test_label_lists_are_exact_for_scores_from_minus_50_to_50(threshold) -> None
     loss = MultilabelCE(threshold=threshold, reduction="sum")
     lists = scores.clone().requires_grad_(True)
     targets = scores.clone().requires_grad_(True)
-    per_list = [loss(batch_of(lists[i : i + 1], labels=ids[i : i + 1])) for i in range(len(rows))]
+    per_list = [apply(loss, lists[i : i + 1], labels=ids[i : i + 1]) for i in range(len(rows))]
     per_dense = [
-        loss(batch_of(targets[i : i + 1], targets=dense[i : i + 1])) for i in range(len(rows))
+        apply(loss, targets[i : i + 1], targets=dense[i : i + 1]) for i in range(len(rows))
     ]
     torch.stack(per_list).sum().backward()
     torch.stack(per_dense).sum().backward()
@@ -401,7 +409,7 @@ def test_label_lists_agree_with_dense_targets_in_float32_when_confident() -> Non
     for threshold in (True, False):
         loss = MultilabelCE(threshold=threshold)
         lists = scores.clone().requires_grad_(True)
-        loss(batch_of(lists, labels=ids)).backward()
+        apply(loss, lists, labels=ids).backward()
         value_dense = value(loss, scores, targets=dense)
         assert value(loss, scores, labels=ids) == pytest.approx(value_dense, rel=1e-5, abs=1e-12)
         assert value(loss, scores, labels=ids) < 1e-7
@@ -449,7 +457,7 @@ def test_minus_inf_scores_are_masked(threshold) -> None:
     loss = MultilabelCE(threshold=threshold, reduction="sum")
     z = s.clone().requires_grad_(True)
     for kwargs in ({"targets": t}, {"labels": ids}):
-        out = loss(batch_of(z, **kwargs))
+        out = apply(loss, z, **kwargs)
         want = 0.0
         for i, cols in enumerate(keep):
             sub = {"targets": t[i : i + 1, cols]} if "targets" in kwargs else None
@@ -458,7 +466,7 @@ def test_minus_inf_scores_are_masked(threshold) -> None:
                 row = [remap[int(v)] for v in ids[i] if int(v) >= 0 and int(v) in remap]
                 row += [-1] * (3 - len(row))
                 sub = {"labels": torch.tensor([row])}
-            want += float(loss(batch_of(s[i : i + 1, cols], **sub)))
+            want += float(apply(loss, s[i : i + 1, cols], **sub))
         assert out.item() == pytest.approx(want, abs=1e-12)
         (grad,) = torch.autograd.grad(out, z)
         assert torch.isfinite(grad).all()
@@ -468,9 +476,9 @@ def test_minus_inf_scores_are_masked(threshold) -> None:
 def test_row_without_positives() -> None:
     s = torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64, requires_grad=True)
     ids = torch.tensor([[-1, -1]])
-    out = MultilabelCE()(batch_of(s, labels=ids))
+    out = apply(MultilabelCE(), s, labels=ids)
     assert out.item() == pytest.approx(math.log1p(math.exp(0.5) + math.exp(-1) + math.exp(2)))
-    assert MultilabelCE(threshold=False)(batch_of(s, labels=ids)).item() == 0.0
+    assert apply(MultilabelCE(threshold=False), s, labels=ids).item() == 0.0
     out.backward()
     assert torch.isfinite(s.grad).all()
 
@@ -593,7 +601,7 @@ def test_nway_is_finite_for_confident_rows() -> None:
         s = torch.tensor(rows, dtype=dtype, requires_grad=True)
         t = torch.tensor(soft, dtype=dtype)
         for kwargs in ({"targets": t}, {"labels": torch.tensor([0, 1])}):
-            out = NWayMClass(reduction="sum")(batch_of(s, **kwargs))
+            out = apply(NWayMClass(reduction="sum"), s, **kwargs)
             (grad,) = torch.autograd.grad(out, s)
             assert torch.isfinite(out) and torch.isfinite(grad).all()
         got = value(NWayMClass(reduction="sum"), s.detach(), targets=t)
@@ -606,29 +614,27 @@ def test_nway_is_finite_for_confident_rows() -> None:
 def test_bad_inputs_raise_clear_errors() -> None:
     s = torch.zeros(2, 3)
     for loss in (MultilabelCE(), NWayMClass()):
-        with pytest.raises(ValueError, match="logits"):
-            loss(LossInput(labels=torch.tensor([0, 1])))
         with pytest.raises(ValueError, match=r"\[0, 1\]"):
-            loss(batch_of(s, targets=torch.tensor([[0.0, 1.5, 0.0], [0, 0, 1]])))
+            apply(loss, s, targets=torch.tensor([[0.0, 1.5, 0.0], [0, 0, 1]]))
         with pytest.raises(ValueError, match=r"\[0, 1\]"):
-            loss(batch_of(s, targets=torch.tensor([[0.0, math.nan, 0.0], [0, 0, 1]])))
+            apply(loss, s, targets=torch.tensor([[0.0, math.nan, 0.0], [0, 0, 1]]))
         with pytest.raises(ValueError, match="shape"):
-            loss(batch_of(s, targets=torch.zeros(2, 4)))
+            apply(loss, s, targets=torch.zeros(2, 4))
         with pytest.raises(ValueError, match=r"label ids must lie in \[0, 3\)"):
-            loss(batch_of(s, labels=torch.tensor([0, 3])))
+            apply(loss, s, labels=torch.tensor([0, 3]))
         with pytest.raises(ValueError, match="integer"):
-            loss(batch_of(s, labels=torch.tensor([0.0, 1.0])))
+            apply(loss, s, labels=torch.tensor([0.0, 1.0]))
         with pytest.raises(ValueError, match="shape"):
-            loss(batch_of(s, labels=torch.tensor([0, 1, 2])))
+            apply(loss, s, labels=torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="-1 \\(padding\\); got -2"):
-        MultilabelCE()(batch_of(s, labels=torch.tensor([[0, -2], [1, -1]])))
+        apply(MultilabelCE(), s, labels=torch.tensor([[0, -2], [1, -1]]))
     with pytest.raises(ValueError, match="repeats"):
-        MultilabelCE()(batch_of(s, labels=torch.tensor([[2, -1, 2], [1, -1, -1]])))
-    MultilabelCE()(batch_of(s, labels=torch.tensor([[2, -1, -1], [1, -1, -1]])))  # padding repeats
+        apply(MultilabelCE(), s, labels=torch.tensor([[2, -1, 2], [1, -1, -1]]))
+    apply(MultilabelCE(), s, labels=torch.tensor([[2, -1, -1], [1, -1, -1]]))  # padding repeats
     with pytest.raises(ValueError, match=r"\(B,\)"):
-        NWayMClass()(batch_of(s, labels=torch.tensor([[0, 1], [1, 2]])))
+        apply(NWayMClass(), s, labels=torch.tensor([[0, 1], [1, 2]]))
     with pytest.raises(ValueError, match=r"got -1"):
-        NWayMClass()(batch_of(s, labels=torch.tensor([0, -1])))
+        apply(NWayMClass(), s, labels=torch.tensor([0, -1]))
 
 
 def test_options_are_validated() -> None:
@@ -652,7 +658,7 @@ def test_options_are_validated() -> None:
 
 @pytest.mark.parametrize("factory", [MultilabelCE, NWayMClass])
 def test_contract(factory) -> None:
-    assert factory.mode == "full"
+    assert batch_modes(factory) == ("full",)
     check_options(factory)
     check_loss(factory)
     check_loss(factory, reduction="sum")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 from test_losses import SEEDS, SHAPES, np_softplus, random_sampled, to_input
 
-from tailkit.components import LossInput, PredictionContext, Sampler
+from tailkit.components import PredictionContext, Sampler
 from tailkit.plugins.losses.nce import NCE
 
 
@@ -53,7 +54,7 @@ def test_gradcheck_nce() -> None:
     loss = NCE(reg=0.3)
 
     def f(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
-        return loss(LossInput(**{**vars(batch), "pos_logits": pos, "neg_logits": neg}))
+        return loss(replace(batch, pos_logits=pos, neg_logits=neg))
 
     assert torch.autograd.gradcheck(f, (batch.pos_logits, batch.neg_logits))
 
@@ -81,14 +82,6 @@ def test_nce_optimum_is_the_data_log_probability() -> None:
     opt.step(closure)
     torch.testing.assert_close(xi.detach(), p.log(), atol=1e-6, rtol=0)
     assert not NCE().adjusts_scores
-
-
-def test_nce_needs_log_q() -> None:
-    arrays = random_sampled(1, 2, 3, shared=False, with_hits=False)
-    batch = to_input(arrays, conditional=True)
-    batch.neg_log_q = None
-    with pytest.raises(ValueError, match=r"NCE needs batch\.pos_log_q and batch\.neg_log_q"):
-        NCE()(batch)
 
 
 def test_nce_corrects_at_prediction_only_when_asked() -> None:

@@ -6,17 +6,30 @@ import importlib.metadata
 import types
 
 import pytest
+import torch
 
 from tailkit import hookimpl, registry
+from tailkit.components import FullBatch, Loss
 from tailkit.errors import InvalidParameterError, PluginError, UnknownComponentError
 from tailkit.registry import KINDS, make_registry
 
 
-class Focal:
+class Focal(Loss):
     """A stand-in loss."""
 
     def __init__(self, *, gamma: float = 2.0) -> None:
+        super().__init__()
         self.gamma = gamma
+
+    def forward(self, batch: FullBatch) -> torch.Tensor:
+        return batch.logits.sum()
+
+
+class Untyped(Loss):
+    """A loss whose forward names no batch type."""
+
+    def forward(self, batch) -> torch.Tensor:
+        return batch.logits.sum()
 
 
 def _plugin(name="focal", factory=Focal):
@@ -56,6 +69,32 @@ def test_duplicate_name_is_an_error_naming_both_plugins():
     message = str(info.value)
     assert "'tailkit.losses'" in message and "'acme-losses'" in message
     assert "'softmax'" in message
+
+
+def test_info_record_holds_modes_options_and_traits():
+    """Each component's facts are read once, at registration, into its frozen record."""
+    reg = make_registry(extra_plugins=[("acme", _plugin())])
+    focal = reg.get("losses", "focal", "k")
+    assert focal.modes == ("full",) and focal.traits["multilabel"] is False
+    assert [(o.name, o.type, o.default) for o in focal.options] == [("gamma", "a number", "2.0")]
+    assert reg.get("losses", "sampled-softmax", "k").modes == ("sampled",)
+    tau = {o.name: o for o in reg.get("losses", "logit-adjusted", "k").options}["adjustment"]
+    assert tau.type == "one of 'loss', 'posthoc'" and "LA loss" in tau.doc
+    assert reg.get("samplers", "in-batch", "k").traits["uses_negatives"] is False
+    assert reg.get("samplers", "tree", "k").traits["conditional"] is True
+    assert reg.get("featurizers", "tfidf", "k").traits["output"] == "sparse"
+    assert reg.get("models", "napkinxc-plt", "k").traits["learner"] is True
+    with pytest.raises(TypeError):
+        focal.traits["modes"] = ["sampled"]  # read-only
+    info = focal.info()
+    assert info["kind"] == "loss" and info["options"][0]["name"] == "gamma"
+
+
+def test_a_loss_without_a_batch_type_is_refused_at_registration(capsys):
+    reg = make_registry(extra_plugins=[("acme", _plugin("untyped", Untyped))])
+    assert "untyped" not in reg.names("losses")
+    err = capsys.readouterr().err
+    assert "plugin 'acme'" in err and "loss 'untyped'" in err and "FullBatch" in err
 
 
 def test_unknown_name_lists_available_names():
@@ -159,11 +198,15 @@ def test_a_plugin_that_calls_sys_exit_at_import_is_one_warning_not_a_silent_exit
 
 
 RAISING = """
-from tailkit import hookimpl
+from tailkit import FullBatch, Loss, hookimpl
+
+class Half(Loss):
+    def forward(self, batch: FullBatch):
+        return batch.logits.sum()
 
 @hookimpl
 def register_losses(register):
-    register("half-registered", lambda: None, description="x")
+    register("half-registered", Half, description="x")
     raise RuntimeError("boom in register")
 """
 

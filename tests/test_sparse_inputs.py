@@ -345,7 +345,7 @@ def test_every_loss_trains_a_sparse_encoder(component) -> None:
     """Every registered loss, with its default options (a sampled one over uniform negatives),
     trains the sparse encoder with sparse gradients well above chance (0.1)."""
     loss = component.factory()
-    sampler = UniformSampler() if loss.mode == "sampled" else None
+    sampler = UniformSampler() if component.modes == ("sampled",) else None
     curve = _train_sparse(loss, sampler, 4 if sampler else 0)
     assert all(np.isfinite(row["loss"]) for row in curve)
     assert curve[-1]["val_accuracy"] > 0.6

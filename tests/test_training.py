@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tailkit.components import Loss
-from tailkit.errors import TrainingDivergedError
+from tailkit.components import Loss, batch_modes
+from tailkit.errors import InvalidParameterError, TrainingDivergedError
+from tailkit.experiment import batch_mode, build_objective
+from tailkit.params import Params, parse_params
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.linear import Linear
 from tailkit.plugins.models.mlp import MLP
 from tailkit.plugins.samplers.model_based import ModelBasedSampler
 from tailkit.plugins.samplers.uniform import UniformSampler
-from tailkit.registry import make_registry
+from tailkit.registry import get_registry, make_registry
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad
@@ -202,3 +204,38 @@ def test_the_progress_callback_shows_the_running_loss_and_examples_per_second(mo
     assert shown and all(set(p) == {"loss", "ex/s"} and p["ex/s"] > 0 for p in shown)
     # the losses shown are the step losses' means: the last is about the curve's last value
     assert shown[-1]["loss"] == pytest.approx(result.curve[-1]["loss"], rel=0.5)
+
+
+def _experiment_params(experiment: dict) -> Params:
+    return parse_params(
+        {
+            "dataset": {"name": "synthetic", "num_classes": 10, "num_examples": 200},
+            "featurize": {"raw": {"name": "identity"}},
+            "samplers": {"uniform": {"name": "uniform"}},
+            "experiments": {"e": {"features": "raw", **experiment}},
+        },
+        "test-params",
+    )
+
+
+def test_a_loss_meets_only_the_batch_type_it_declares():
+    """The experiment's sampler picks the batch mode; a loss that does not take that batch type
+    is refused at config validation, in one line, before anything is built or read."""
+    objective = {"optimizer": {"name": "adagrad", "lr": 0.1}}
+    registry = get_registry()
+    full = _experiment_params({"loss": {"name": "softmax"}, "sampler": "uniform", **objective})
+    with pytest.raises(InvalidParameterError) as err:
+        build_objective(full, "e", registry)
+    assert str(err.value).startswith("experiments.e.sampler: got 'uniform', but loss 'softmax'")
+    assert "FullBatch" in str(err.value) and "\n" not in str(err.value)
+    sampled = _experiment_params(
+        {"loss": {"name": "sampled-softmax"}, "sampler": "none", **objective}
+    )
+    with pytest.raises(InvalidParameterError, match=r"^experiments\.e\.sampler: .*SampledBatch"):
+        build_objective(sampled, "e", registry)
+    ok = _experiment_params(
+        {"loss": {"name": "sampled-softmax"}, "sampler": "uniform", "negatives": 4, **objective}
+    )
+    assert batch_mode(ok, "e") == "sampled"
+    loss, _ = build_objective(ok, "e", registry)
+    assert batch_modes(loss) == ("sampled",)

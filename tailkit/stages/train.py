@@ -82,7 +82,7 @@ def run(
         device=device,
         generator=torch.Generator().manual_seed(seed),
     )
-    sampled_labels = None if loss.mode == "full" else 1 + settings["negatives"]
+    sampled_labels = None if sampler is None else 1 + settings["negatives"]
     cfg = LoopConfig(
         experiment=experiment,
         epochs=settings["epochs"],

@@ -36,21 +36,24 @@ import torch
 from tailkit import tensorfile
 from tailkit.components import (
     MODALITIES,
+    Batch,
     Dataset,
     Encoder,
     Featurizer,
+    FullBatch,
     Loss,
-    LossInput,
     PredictionContext,
     RawData,
+    SampledBatch,
     Sampler,
+    batch_modes,
     featurizer_accepts,
     featurizer_output,
     is_learner,
     model_input_kind,
 )
 from tailkit.errors import InvalidParameterError, TailkitError
-from tailkit.registry import KINDS, SINGULAR, Component, Registry, get_registry, make_registry
+from tailkit.registry import KINDS, SINGULAR, Component, Registry, make_registry
 from tailkit.sparse import SparseRows
 from tailkit.validation import Interval, Options, check_value, option_signature, validate_options
 
@@ -303,7 +306,7 @@ def class_counts() -> torch.Tensor:
     return torch.round(200.0 * torch.arange(1, C + 1, dtype=torch.float64) ** -2.1)
 
 
-def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, LossInput, dict[str, Any]]]:
+def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, Batch, dict[str, Any]]]:
     """(description, batch, leaves) as the training loop builds them; leaves require grad."""
     g = torch.Generator().manual_seed(SEED)
     labels = torch.randint(C, (B,), generator=g)
@@ -314,7 +317,9 @@ def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, LossInput, di
     embeddings = z.to(dtype)
     if mode == "full":
         logits = full.to(dtype).requires_grad_(True)
-        batch = LossInput(labels=labels, logits=logits, log_prior=log_prior, embeddings=embeddings)
+        batch = FullBatch(
+            labels=labels, logits=logits, num_classes=C, log_prior=log_prior, embeddings=embeddings
+        )
         return [("full logits", batch, {"logits": logits})]
 
     out = []
@@ -338,7 +343,7 @@ def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, LossInput, di
             neg_log_q, pos_log_q = table[neg_ids], table[y]
         pos_logits = full.gather(1, y.unsqueeze(1))[:, 0].to(dtype).requires_grad_(True)
         neg_logits = neg.to(dtype).requires_grad_(True)
-        batch = LossInput(
+        batch = SampledBatch(
             labels=y,
             pos_logits=pos_logits,
             neg_logits=neg_logits,
@@ -346,7 +351,6 @@ def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, LossInput, di
             neg_log_q=neg_log_q.to(dtype),
             hits=hits,
             neg_ids=neg_ids,
-            num_negatives=M,
             sampler_conditional=variant == "conditional",
             log_prior=log_prior,
             embeddings=embeddings,
@@ -362,21 +366,23 @@ def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> No
     and its ``adjust_scores`` keeps the (B, k) shape. ``setup`` is called first with
     :func:`class_counts`, as the core calls it before training.
 
-    Sampled losses are run on shared ``(m,)`` and per-example ``(B, m)`` negatives, with an
+    It is run on each batch type its ``forward`` takes (:func:`tailkit.components.batch_modes`);
+    a sampled batch comes with shared ``(m,)`` and per-example ``(B, m)`` negatives, with an
     unconditional and a conditional ``log q``.
     """
     factory, label = _resolve(factory, "loss")
     loss = _build(factory, label, options)
     _expect(isinstance(loss, Loss), label, f"built a {type(loss).__name__}, not a tailkit Loss")
+    modes = batch_modes(loss)
     _expect(
-        loss.mode in ("full", "sampled"),
+        modes,
         label,
-        f"mode is {loss.mode!r}; expected 'full' or 'sampled'",
+        "forward(batch) names no batch type; annotate it FullBatch, SampledBatch or both",
     )
     # As the core does: setup with the training counts once, before any forward.
     loss.setup(class_counts())
-    for dtype in (torch.float32, torch.float64):
-        for what, batch, leaves in _loss_inputs(loss.mode, dtype):
+    for mode, dtype in [(m, d) for m in modes for d in (torch.float32, torch.float64)]:
+        for what, batch, leaves in _loss_inputs(mode, dtype):
             where = f"{label} on {what} ({dtype})"
             value = loss(batch)
             _expect(
@@ -390,7 +396,7 @@ def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> No
             for name, leaf in leaves.items():
                 _expect(leaf.grad is not None, where, f"no gradient reaches batch.{name}")
                 _expect(_finite(leaf.grad), where, f"the gradient on batch.{name} is not finite")
-            if loss.mode == "sampled":
+            if isinstance(batch, SampledBatch):
                 grad = leaves["neg_logits"].grad
                 _expect(
                     bool((grad[batch.hits] == 0).all()),
@@ -401,22 +407,32 @@ def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> No
     _check_adjust_scores(loss, label)
 
 
+class _TableProposal(Sampler):
+    """An unconditional proposal given by its log q table: the kit's own, so checking a loss
+    needs no sampler plugin installed."""
+
+    def __init__(self, log_q: torch.Tensor) -> None:
+        self.log_q = log_q
+
+    def log_prob(self, x: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor:
+        return self.log_q[labels]
+
+
 def _check_adjust_scores(loss: Loss, label: str) -> None:
     g = torch.Generator().manual_seed(SEED + 1)
     k = 4
     x = torch.randn(B, IN_DIM, generator=g)
     scores = torch.randn(B, k, generator=g)
     label_ids = torch.arange(3, 3 + k)
-    uniform = get_registry().build("samplers", {"name": "uniform"}, "check_loss.sampler")
-    uniform.fit(None, torch.arange(C), C)
+    proposal = _TableProposal(_log_softmax((C,), g))
     log_prior = _log_softmax((C,), g)
     adjusts = loss.adjusts_scores
     _expect(isinstance(adjusts, bool), label, f"adjusts_scores is {adjusts!r}, not a bool")
     for ctx in (
-        PredictionContext(log_prior=log_prior, sampler=uniform),
+        PredictionContext(log_prior=log_prior, sampler=proposal),
         PredictionContext(log_prior=log_prior, sampler=None),
     ):
-        where = f"{label}.adjust_scores (sampler {'uniform' if ctx.sampler else 'None'})"
+        where = f"{label}.adjust_scores (sampler {'a fitted proposal' if ctx.sampler else 'None'})"
         before = scores.clone()
         with torch.no_grad():
             out = loss.adjust_scores(scores, x, label_ids, ctx)
@@ -466,7 +482,7 @@ def check_sampler(factory: Callable[..., Any] | Component, /, **options: Any) ->
     _expect(isinstance(sampler, Sampler), label, f"built a {type(sampler).__name__}, not a Sampler")
     features, labels, x, y = _sampler_data()
     sampler.fit(features, labels, C)
-    if getattr(sampler, "conditions_on", "input") == "scores":
+    if sampler.conditions_on == "scores":
         # A model-based sampler is handed the model's scores of all C labels, not the input.
         x = torch.randn(B, C, generator=torch.Generator().manual_seed(SEED + 4))
     shared, conditional = sampler.shared, sampler.conditional

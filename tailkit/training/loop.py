@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.components import Encoder, Loss, LossInput, PredictionContext, Sampler
+from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, SampledBatch, Sampler
 from tailkit.errors import TrainingDivergedError
 from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.evaluation.predict import predict
@@ -111,14 +111,18 @@ def sampled_input(
     y: torch.Tensor | LabelSets,
     negatives: int,
     generator: torch.Generator | None,
-    **context: Any,
-) -> tuple[LossInput, Rows]:
-    """A batch's sampled-mode :class:`LossInput` and the output rows it touches.
+    *,
+    log_prior: torch.Tensor,
+    epoch: int = 0,
+    step: int = 0,
+) -> tuple[SampledBatch, Rows]:
+    """A batch's :class:`SampledBatch` and the output rows it touches.
 
     Negatives are drawn for each row (or shared by the batch) and only the positive and
     negative rows of the output layer are scored. Multi-label ``y`` is taken as its
     (row, positive) pairs, with every label of a pair's row marked as an accidental hit
-    (module docstring). ``context`` fills the remaining fields (``log_prior``, ``epoch``, …).
+    (module docstring). ``log_prior``, ``epoch`` and ``step`` fill the batch's fields of those
+    names.
     """
     pair_rows = None
     if isinstance(y, LabelSets):
@@ -134,7 +138,7 @@ def sampled_input(
     neg, neg_log_q = sampler.sample(given, y, negatives, generator)
     pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
     scored = layer.sampled(z, y, neg)
-    batch = LossInput(
+    batch = SampledBatch(
         labels=y,
         pos_logits=scored.pos,
         neg_logits=scored.neg,
@@ -142,10 +146,11 @@ def sampled_input(
         neg_log_q=neg_log_q,
         hits=scored.hits if pair_rows is None else sets.contains(pair_rows, neg),
         neg_ids=neg,
-        num_negatives=neg.shape[-1],
         sampler_conditional=sampler.conditional,
         embeddings=z,
-        **context,
+        log_prior=log_prior,
+        epoch=epoch,
+        step=step,
     )
     return batch, scored.rows
 
@@ -185,7 +190,7 @@ def train(
         [p for p in dense if p.requires_grad],
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
-        sparse=loss.mode == "sampled",
+        sparse=sampler is not None,
         sparse_encoder=any(
             getattr(m, "sparse", False)
             for m in encoder.modules()
@@ -253,11 +258,13 @@ def train(
             x = transform(x, augment_gen)
         z = encoder(x)
 
-        if loss.mode == "full":
+        batch: FullBatch | SampledBatch | None
+        if sampler is None:
             logits, rows = layer.full(z)
-            batch = LossInput(
+            batch = FullBatch(
                 labels=y.padded() if isinstance(y, LabelSets) else y,
                 logits=logits,
+                num_classes=layer.num_classes,
                 log_prior=ctx.log_prior,
                 embeddings=z,
                 epoch=epoch,

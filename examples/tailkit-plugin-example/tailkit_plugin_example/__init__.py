@@ -8,20 +8,19 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from tailkit import Interval, Loss, LossInput, Sampler, hookimpl
+from tailkit import FullBatch, Interval, Loss, Sampler, hookimpl
 
 
 class LabelSmoothing(Loss):
     """Softmax cross-entropy against a target smoothed by epsilon (batch mean)."""
 
-    mode: ClassVar[str] = "full"
     constraints: ClassVar = {"epsilon": Interval(0, 1, closed="left")}
 
     def __init__(self, *, epsilon: float = 0.1) -> None:
         super().__init__()
         self.epsilon = epsilon
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         return F.cross_entropy(batch.logits, batch.labels, label_smoothing=self.epsilon)
 
 

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput
+from tailkit.components import FullBatch, Loss
 from tailkit.validation import Constraint, Interval
 
 NOT_SET_UP = "call setup(class_counts) first: the per-class tables are built there"
@@ -71,7 +71,6 @@ class ClassBalancedLoss(Loss):
     reference's last-layer init), and report σ(score) as a label's confidence.
     """
 
-    mode = "full"
     constraints: ClassVar[dict[str, Constraint]] = {
         "beta": Interval(0, 1, closed="left"),
         "gamma": Interval(0, None),
@@ -110,10 +109,8 @@ class ClassBalancedLoss(Loss):
             return super().confidence(top_scores, log_partition)
         return torch.sigmoid(top_scores)
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         logits = batch.logits
-        if logits is None:
-            raise ValueError(f"{type(self).__name__} needs batch.logits (B, C): a full-mode loss")
         if self.class_weights is None:
             raise RuntimeError(f"{type(self).__name__}: {NOT_SET_UP}")
         if logits.shape[-1] != self.class_weights.numel():

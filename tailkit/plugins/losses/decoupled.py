@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import CorrectsAtPrediction, Loss, LossInput
+from tailkit.components import CorrectsAtPrediction, FullBatch, Loss, SampledBatch
 from tailkit.plugins.losses.weighting import Weighting, log_weights
 from tailkit.validation import Constraint, Interval
 
@@ -60,7 +60,6 @@ class Decoupled(_Decoupled):
     only.
     """
 
-    mode = "full"
     multilabel = True
 
     def __init__(
@@ -71,10 +70,8 @@ class Decoupled(_Decoupled):
     ) -> None:
         super().__init__(margin_loss, reduction)
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         logits = batch.logits
-        if logits is None:
-            raise ValueError("Decoupled needs batch.logits (B, C): it is a full-mode loss")
         labels = batch.labels.long()
         ids = labels.unsqueeze(1) if labels.ndim == 1 else labels
         present = ids >= 0
@@ -105,7 +102,6 @@ class SampledDecoupled(CorrectsAtPrediction, _Decoupled):
     divides the sum over the batch by B.
     """
 
-    mode = "sampled"
     constraints: ClassVar[dict[str, Constraint]] = {"tau": Interval(0, None)}
 
     def __init__(
@@ -122,19 +118,14 @@ class SampledDecoupled(CorrectsAtPrediction, _Decoupled):
         self.tau = tau
         self.correct_at_prediction = correct_at_prediction
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: SampledBatch) -> torch.Tensor:
         pos, neg = batch.pos_logits, batch.neg_logits
-        if pos is None or neg is None:
-            raise ValueError(
-                "SampledDecoupled needs batch.pos_logits (B,) and batch.neg_logits (B, m)"
-            )
         terms = _negative_term(self.margin_loss, neg)
         log_w = log_weights(self.weighting, batch, neg, tau=self.tau)
         if log_w is not None:
             terms = terms * log_w.exp()
-        if batch.hits is not None:
-            # A select, not a 0/1 product: a hit's term is exactly zero even if it is inf.
-            terms = torch.where(batch.hits.to(torch.bool), 0.0, terms)
+        # A select, not a 0/1 product: a hit's term is exactly zero even if it is inf.
+        terms = torch.where(batch.hits.to(torch.bool), 0.0, terms)
         return self._reduce(_positive_term(self.margin_loss, pos) + terms.sum(dim=1))
 
     @property

@@ -8,10 +8,9 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput
+from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.elm import (
     grow_lazy_buffers,
-    logits_and_embeddings,
     squared_distances,
 )
 from tailkit.validation import Constraint, Interval, Options
@@ -111,7 +110,6 @@ class DROLT(Loss):
     At prediction the raw logits are used; the confidence is the softmax probability.
     """
 
-    mode = "full"
     constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Interval(0, None),
         "temperature": Interval(0, None, closed="neither"),
@@ -154,10 +152,10 @@ class DROLT(Loss):
         self.register_buffer("seen", torch.zeros(c, dtype=torch.bool, device=device))
         self.ready = True
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         if not self.ready:
             raise RuntimeError("DROLT.setup(class_counts) must be called before the loss is used")
-        logits, z = logits_and_embeddings("dro-lt", batch)
+        logits, z = batch.logits, batch.embeddings
         labels = batch.labels.long()
         if self.ce_weighting == "head-up":
             ce = F.cross_entropy(logits, labels, weight=self.ce_weights.to(logits.dtype))

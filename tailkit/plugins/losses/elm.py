@@ -8,21 +8,9 @@ from typing import Any, ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput
+from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.logit_adjusted import prior_offsets
 from tailkit.validation import Constraint, Interval, Options
-
-
-def logits_and_embeddings(name: str, batch: LossInput) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch's logits and embeddings, or a clear error saying what is missing."""
-    if batch.logits is None:
-        raise ValueError(f"{name} needs batch.logits (B, C): it is a full-mode loss")
-    if batch.embeddings is None:
-        raise ValueError(
-            f"{name} needs embeddings (batch.embeddings is None): use a model with an encoder, "
-            "e.g. mlp"
-        )
-    return batch.logits, batch.embeddings
 
 
 def grow_lazy_buffers(
@@ -188,7 +176,6 @@ class ELM(Loss):
     confidence is the plain softmax probability.
     """
 
-    mode = "full"
     constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Interval(0, None),
         "tau": Interval(0, None),
@@ -241,10 +228,10 @@ class ELM(Loss):
             )
         self.ready = True
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         if not self.ready:
             raise RuntimeError("ELM.setup(class_counts) must be called before the loss is used")
-        logits, z = logits_and_embeddings("elm", batch)
+        logits, z = batch.logits, batch.embeddings
         labels = batch.labels.long()
         adjusted = logits + self.log_adjustment.to(logits.dtype)
         ce = F.cross_entropy(adjusted, labels)

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput
+from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.class_balanced import (
     NOT_SET_UP,
     class_balanced_weights,
@@ -48,7 +48,6 @@ class LDAM(Loss):
     ``"sum"`` is Σ_i w_{y_i} ℓ_i. Confidence is the softmax of the scaled logits (the default).
     """
 
-    mode = "full"
     constraints: ClassVar[dict[str, Constraint]] = {
         "max_m": Interval(0, None),
         "s": Interval(0, None, closed="neither"),
@@ -86,10 +85,8 @@ class LDAM(Loss):
         """Whether the class-balanced weights apply at this 0-based epoch."""
         return self.drw_epoch is not None and epoch >= self.drw_epoch
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         logits = batch.logits
-        if logits is None:
-            raise ValueError(f"{type(self).__name__} needs batch.logits (B, C): a full-mode loss")
         if self.margins is None:
             raise RuntimeError(f"{type(self).__name__}: {NOT_SET_UP}")
         if logits.shape[-1] != self.margins.numel():

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput, PredictionContext
+from tailkit.components import FullBatch, Loss, PredictionContext
 from tailkit.validation import Constraint, Interval
 
 #: The ε of the Google code, added *after* the power: log(π^τ + 1e-12).
@@ -27,8 +27,6 @@ class _NeedsSetup(Loss):
     The table is kept in float64 and cast to the logits' dtype per step (C elements, negligible
     next to the B × C logits) so float64 checks are exact."""
 
-    mode = "full"
-
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("offsets", torch.empty(0), persistent=False)
@@ -37,12 +35,6 @@ class _NeedsSetup(Loss):
         if self.offsets.numel() == 0:
             raise RuntimeError(f"{type(self).__name__}: call setup(class_counts) before use")
         return self.offsets.to(like)
-
-    @staticmethod
-    def _logits(batch: LossInput, name: str) -> torch.Tensor:
-        if batch.logits is None:
-            raise ValueError(f"{name} needs batch.logits (B, C): it is a full-mode loss")
-        return batch.logits
 
 
 class LogitAdjusted(_NeedsSetup):
@@ -79,8 +71,8 @@ class LogitAdjusted(_NeedsSetup):
     def setup(self, class_counts: torch.Tensor) -> None:
         self.offsets = prior_offsets(class_counts, self.tau).to(class_counts.device)
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
-        logits = self._logits(batch, "LogitAdjusted")
+    def forward(self, batch: FullBatch) -> torch.Tensor:
+        logits = batch.logits
         if self.adjustment == "loss":
             logits = logits + self._offsets(logits)
         return F.cross_entropy(logits, batch.labels.long(), reduction=self.reduction)
@@ -120,8 +112,8 @@ class BalancedSoftmax(_NeedsSetup):
     def setup(self, class_counts: torch.Tensor) -> None:
         self.offsets = class_counts.to(torch.float64).log()
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
-        logits = self._logits(batch, "BalancedSoftmax")
+    def forward(self, batch: FullBatch) -> torch.Tensor:
+        logits = batch.logits
         adjusted = logits + self._offsets(logits)
         return F.cross_entropy(adjusted, batch.labels.long(), reduction=self.reduction)
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from tailkit.components import Loss, LossInput
+from tailkit.components import FullBatch, Loss
 
 _NEG_INF = float("-inf")
 
@@ -66,25 +66,22 @@ def _lse_excluding_each(s: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------ input checks
 
 
-def _scores(owner: str, batch: LossInput) -> torch.Tensor:
-    s = batch.logits
-    if s is None:
-        raise ValueError(f"{owner} needs batch.logits (B, C): it is a full-mode loss")
+def _scores(owner: str, s: torch.Tensor) -> torch.Tensor:
     if s.ndim != 2:
-        raise ValueError(f"{owner} needs batch.logits of shape (B, C); got {tuple(s.shape)}")
+        raise ValueError(f"{owner} needs logits of shape (B, C); got {tuple(s.shape)}")
     return s
 
 
 def _targets(owner: str, targets: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     if targets.shape != s.shape:
         raise ValueError(
-            f"{owner}: batch.targets has shape {tuple(targets.shape)}; expected the shape of "
-            f"batch.logits {tuple(s.shape)}"
+            f"{owner}: targets have shape {tuple(targets.shape)}; expected the shape of "
+            f"the logits {tuple(s.shape)}"
         )
     t = targets.to(s.dtype)
     outside = ~((t >= 0) & (t <= 1))  # NaN fails both comparisons, so it is caught too
     if bool(outside.any()):
-        raise ValueError(f"{owner}: batch.targets must lie in [0, 1]; got {t[outside][0].item()!r}")
+        raise ValueError(f"{owner}: targets must lie in [0, 1]; got {t[outside][0].item()!r}")
     return t
 
 
@@ -134,14 +131,14 @@ class MultilabelCE(Loss):
 
     which with one positive y is exactly the softmax cross-entropy log Σ_j e^{s_j} − s_y.
 
-    Targets, first match wins:
+    Targets:
 
-    - ``batch.targets`` (B, C) in [0, 1], hard or soft. Soft labels t replace the sums by
+    - :meth:`soft` takes dense targets (B, C) in [0, 1], hard or soft. Soft labels t replace the sums by
       Σ_i t_i e^{−s_i} and Σ_i (1 − t_i) e^{s_i} (kexue.fm/archives/9064; the pairwise form
       takes the same two sums). The sums are taken in log space with log t and log(1 − t), and
       t = 0 or t = 1 masks the entry exactly (log 0 = −∞, no clipping), as bert4keras does.
       The soft loss is convex with optimum t = σ(2s), so :meth:`confidence` is σ(2s).
-    - ``batch.labels`` (B,) int: one positive per row; or (B, k) int: lists of positive ids
+    - ``forward`` takes ``batch.labels``, (B,) int: one positive per row; or (B, k) int: lists of positive ids
       padded with −1. These never build a dense float target: the negatives' sum is a
       log-sum-exp over the scores with the positives masked to −∞ (a (B, C) boolean mask), so
       it is exact however much of the mass the positives hold. bert4keras's sparse variant
@@ -158,7 +155,6 @@ class MultilabelCE(Loss):
     bert4keras's per-example losses); ``"sum"`` does not. No prediction-time adjustment.
     """
 
-    mode = "full"
     multilabel = True
 
     def __init__(
@@ -168,14 +164,20 @@ class MultilabelCE(Loss):
         self.threshold = threshold
         self.reduction = reduction
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         name = type(self).__name__
-        s = _scores(name, batch)
-        if batch.targets is not None:
-            per_row = self._dense(s, _targets(name, batch.targets, s))
-        else:
-            per_row = self._sparse(s, _label_ids(name, batch.labels, s, lists=True))
+        s = _scores(name, batch.logits)
+        per_row = self._sparse(s, _label_ids(name, batch.labels, s, lists=True))
         return _reduce(per_row, self.reduction)
+
+    def soft(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss on dense targets (B, C) in [0, 1], hard or soft. The core hands a loss
+        label ids (``forward``); this form is for a caller that holds soft targets
+        (distillation, label smoothing) and is the reference the label-id path is checked
+        against."""
+        name = type(self).__name__
+        s = _scores(name, logits)
+        return _reduce(self._dense(s, _targets(name, targets, s)), self.reduction)
 
     def _dense(self, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         absent = torch.isneginf(s)
@@ -232,8 +234,8 @@ class NWayMClass(Loss):
            = Σ_j softplus(LSE_i (log t_ij + r_ij)),   r_ij = LSE_{k≠j} s_ik − s_ij
 
     the first-order truncation of Σ_i Σ_j t_ij · (−log softmax(s_i)_j), the batch's summed
-    softmax cross-entropy. ``batch.targets`` (B, C) in [0, 1] takes the general formula (soft
-    labels have no closed-form optimum; it is computed all the same); otherwise the (B,)
+    softmax cross-entropy. :meth:`soft` takes targets (B, C) in [0, 1] by the general formula
+    (soft labels have no closed-form optimum; it is computed all the same); ``forward``'s (B,)
     ``batch.labels`` y give Σ over the classes j present in the batch of
     softplus(LSE_{i : y_i = j} r_i), r_i = LSE_{k≠y_i} s_ik − s_{i,y_i}, with the per-class
     log-sum-exp done by scatter ops in O(B·C).
@@ -252,21 +254,24 @@ class NWayMClass(Loss):
     of rows. No prediction-time adjustment; :meth:`confidence` is the softmax default.
     """
 
-    mode = "full"
-
     def __init__(self, *, reduction: Literal["sum", "mean"] = "mean") -> None:
         super().__init__()
         self.reduction = reduction
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         name = type(self).__name__
-        s = _scores(name, batch)
-        if batch.targets is not None:
-            t = _targets(name, batch.targets, s)
-            r = _lse_excluding_each(s) - s
-            terms = _log1p_exp(_lse(_safe_log(t) + r, dim=0))
-        else:
-            terms = self._hard_terms(s, _label_ids(name, batch.labels, s, lists=False))
+        s = _scores(name, batch.logits)
+        return self._total(self._hard_terms(s, _label_ids(name, batch.labels, s, lists=False)), s)
+
+    def soft(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """l₁ on dense targets (B, C) in [0, 1] (rows summing to 1), by the general formula."""
+        name = type(self).__name__
+        s = _scores(name, logits)
+        t = _targets(name, targets, s)
+        r = _lse_excluding_each(s) - s
+        return self._total(_log1p_exp(_lse(_safe_log(t) + r, dim=0)), s)
+
+    def _total(self, terms: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         total = terms.sum()
         return total if self.reduction == "sum" else total / s.shape[0]
 

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import CorrectsAtPrediction, LossInput
+from tailkit.components import CorrectsAtPrediction, SampledBatch
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 
 
@@ -49,10 +49,8 @@ class NCE(CorrectsAtPrediction, NegativeSampling):
         super().__init__(reg=reg, reduction=reduction, mask_hits=mask_hits)
         self.correct_at_prediction = correct_at_prediction
 
-    def log_q(self, batch: LossInput, pos: torch.Tensor, neg: torch.Tensor):
+    def log_q(self, batch: SampledBatch, pos: torch.Tensor, neg: torch.Tensor):
         """NCE needs log q whether or not the sampler is conditional."""
-        if batch.pos_log_q is None or batch.neg_log_q is None:
-            raise ValueError("NCE needs batch.pos_log_q and batch.neg_log_q from the sampler")
         return batch.pos_log_q.detach().to(pos), batch.neg_log_q.detach().to(neg)
 
     def terms(self, pos, neg, pos_lq, neg_lq) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput, PredictionContext
+from tailkit.components import Loss, PredictionContext, SampledBatch
 from tailkit.validation import Constraint, Interval
 
 
@@ -33,7 +33,6 @@ class NegativeSampling(Loss):
     unconditional sampler log q(y); a constant for uniform q).
     """
 
-    mode = "sampled"
     constraints: ClassVar[dict[str, Constraint]] = {"reg": Interval(0, None)}
 
     def __init__(
@@ -48,29 +47,21 @@ class NegativeSampling(Loss):
         self.reduction = reduction
         self.mask_hits = mask_hits
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: SampledBatch) -> torch.Tensor:
         pos, neg = batch.pos_logits, batch.neg_logits
-        if pos is None or neg is None:
-            raise ValueError(
-                f"{type(self).__name__} needs batch.pos_logits (B,) and batch.neg_logits (B, m)"
-            )
         pos_term, neg_terms = self.terms(pos, neg, *self.log_q(batch, pos, neg))
-        if self.mask_hits and batch.hits is not None:
+        if self.mask_hits:
             # Selecting instead of multiplying by a 0/1 mask keeps a hit's term exactly zero
             # even if it overflowed to inf.
             neg_terms = torch.where(batch.hits.to(torch.bool), 0.0, neg_terms)
         per_example = pos_term + neg_terms.sum(dim=1) / neg.shape[1]
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
 
-    def log_q(self, batch: LossInput, pos: torch.Tensor, neg: torch.Tensor):
+    def log_q(self, batch: SampledBatch, pos: torch.Tensor, neg: torch.Tensor):
         """lp of the positive and the negatives: log q when the sampler is conditional, else 0
         (the reference's uniform and frequency baselines). Never a gradient into q."""
         if not batch.sampler_conditional:
             return 0.0, 0.0
-        if batch.pos_log_q is None or batch.neg_log_q is None:
-            raise ValueError(
-                "a conditional sampler must provide batch.pos_log_q and batch.neg_log_q"
-            )
         # p_n is a fixed auxiliary model here; the main loss must not train it.
         return batch.pos_log_q.detach().to(pos), batch.neg_log_q.detach().to(neg)
 

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from tailkit.components import CorrectsAtPrediction, Loss, LossInput
+from tailkit.components import CorrectsAtPrediction, Loss, SampledBatch
 from tailkit.plugins.losses.weighting import Weighting, log_weights
 from tailkit.validation import Constraint, Interval
 
@@ -44,7 +44,6 @@ class SampledSoftmax(CorrectsAtPrediction, Loss):
     to the scores at prediction time (the Bayes-optimal correction for ``"constant"``).
     """
 
-    mode = "sampled"
     constraints: ClassVar[dict[str, Constraint]] = {"tau": Interval(0, None)}
 
     def __init__(
@@ -63,13 +62,9 @@ class SampledSoftmax(CorrectsAtPrediction, Loss):
         self.correct_at_prediction = correct_at_prediction
         self.reduction = reduction
 
-    def adjusted_logits(self, batch: LossInput) -> torch.Tensor:
+    def adjusted_logits(self, batch: SampledBatch) -> torch.Tensor:
         """The (B, 1 + m) logits the softmax runs over: column 0 is the positive, hits are −inf."""
         pos, neg = batch.pos_logits, batch.neg_logits
-        if pos is None or neg is None:
-            raise ValueError(
-                "SampledSoftmax needs batch.pos_logits (B,) and batch.neg_logits (B, m)"
-            )
         log_m = math.log(neg.shape[1])
         owned = False  # whether `neg` is our own temporary, safe to mask in place
         # The sampler's q is a fixed proposal; as in TF, no gradient goes through it.
@@ -78,23 +73,18 @@ class SampledSoftmax(CorrectsAtPrediction, Loss):
             neg = neg + log_w
             owned = True
         if self.positive_correction:
-            if batch.pos_log_q is None:
-                raise ValueError("positive_correction=True needs batch.pos_log_q")
             pos = pos - (batch.pos_log_q.detach().to(pos) + log_m)
-        if batch.hits is not None:
-            # −inf gives exp(·) == 0 exactly in every dtype and a zero gradient through
-            # masked_fill; a tiny additive constant is a no-op in float32 (keras-rs #206).
-            # In place when `neg` is our own temporary: one B×m allocation fewer per step
-            # (the subtraction's backward does not need its output).
-            hits = batch.hits.to(torch.bool)
-            neg = (
-                neg.masked_fill_(hits, float("-inf"))
-                if owned
-                else neg.masked_fill(hits, float("-inf"))
-            )
+        # −inf gives exp(·) == 0 exactly in every dtype and a zero gradient through
+        # masked_fill; a tiny additive constant is a no-op in float32 (keras-rs #206).
+        # In place when `neg` is our own temporary: one B×m allocation fewer per step
+        # (the subtraction's backward does not need its output).
+        hits = batch.hits.to(torch.bool)
+        neg = (
+            neg.masked_fill_(hits, float("-inf")) if owned else neg.masked_fill(hits, float("-inf"))
+        )
         return torch.cat([pos.unsqueeze(1), neg], dim=1)
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
+    def forward(self, batch: SampledBatch) -> torch.Tensor:
         logits = self.adjusted_logits(batch)
         # The positive column is always finite, so logsumexp never sees an all −inf row.
         per_example = torch.logsumexp(logits, dim=1) - logits[:, 0]

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, LossInput
+from tailkit.components import FullBatch, Loss
 
 
 class SoftmaxCE(Loss):
@@ -26,16 +26,13 @@ class SoftmaxCE(Loss):
     counts in B. With one label per row it is the single-label loss.
     """
 
-    mode = "full"
     multilabel = True
 
     def __init__(self, *, reduction: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
         self.reduction = reduction
 
-    def forward(self, batch: LossInput) -> torch.Tensor:
-        if batch.logits is None:
-            raise ValueError("SoftmaxCE needs batch.logits (B, C): it is a full-mode loss")
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         labels = batch.labels.long()
         if labels.ndim == 1:
             return F.cross_entropy(batch.logits, labels, reduction=self.reduction)

@@ -33,7 +33,7 @@ from typing import Literal
 
 import torch
 
-from tailkit.components import LossInput
+from tailkit.components import SampledBatch
 
 Weighting = Literal["importance", "constant", "relative", "self-normalized"]
 WEIGHTINGS: tuple[str, ...] = ("importance", "constant", "relative", "self-normalized")
@@ -41,7 +41,7 @@ WEIGHTINGS: tuple[str, ...] = ("importance", "constant", "relative", "self-norma
 
 def log_weights(
     weighting: Weighting,
-    batch: LossInput,
+    batch: SampledBatch,
     neg: torch.Tensor,
     *,
     tau: float = 1.0,
@@ -52,22 +52,16 @@ def log_weights(
     """
     if weighting == "constant":
         return None
-    if batch.neg_log_q is None:
-        raise ValueError(f'weighting="{weighting}" needs batch.neg_log_q from the sampler')
     log_q = batch.neg_log_q.detach().to(neg)
     m = neg.shape[1]
     if weighting == "importance":
         return -(log_q + math.log(m))
     if weighting == "self-normalized":
-        inverse = (-log_q).expand_as(neg)
-        if batch.hits is not None:
-            inverse = inverse.masked_fill(batch.hits.to(torch.bool), float("-inf"))
+        inverse = (-log_q).expand_as(neg).masked_fill(batch.hits.to(torch.bool), float("-inf"))
         # A row whose draws are all hits has no weights to normalise; its terms are masked anyway.
         norm = torch.logsumexp(inverse, dim=1, keepdim=True).clamp_min(torch.finfo(neg.dtype).min)
         return inverse - norm
     if weighting == "relative":
-        if batch.log_prior is None or batch.neg_ids is None:
-            raise ValueError('weighting="relative" needs batch.log_prior and batch.neg_ids')
         log_pi = batch.log_prior.detach().to(neg)
         log_w = -(log_q + math.log(m))
         if tau == 0:  # 0·(−inf) would be NaN for a label with no training row
