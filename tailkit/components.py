@@ -299,7 +299,7 @@ def batch_modes(loss: Any) -> tuple[str, ...]:
     annotation names neither (the registry refuses such a loss)."""
     cls = loss if isinstance(loss, type) else type(loss)
     forward = getattr(cls, "forward", None)
-    if forward is None or forward is Loss.forward:
+    if forward is None:
         return ()
     try:
         hint = typing.get_type_hints(forward).get("batch")
@@ -352,29 +352,36 @@ class PredictionContext:
     def per_row_correction(self) -> bool:
         """Whether :meth:`add_log_q` depends on the row (a conditional sampler's log q(y|x)):
         prediction then sizes its row blocks by :meth:`Sampler.correction_floats_per_row`."""
-        return (
-            self.sampler is not None
-            and self.sampler.conditional
-            and self.sampler.conditions_on != "scores"
-        )
+        return self._per_row_sampler is not None
+
+    @property
+    def _per_row_sampler(self) -> Sampler | None:
+        """The sampler when its correction depends on the row, else None."""
+        sampler = self.sampler
+        if sampler is not None and sampler.conditional and sampler.conditions_on != "scores":
+            return sampler
+        return None
 
     def label_order(self) -> torch.Tensor | None:
         """The column order prediction should score labels in (the sampler's table order), or
         None for label-id order."""
-        return self.sampler.label_order() if self.per_row_correction else None
+        sampler = self._per_row_sampler
+        return sampler.label_order() if sampler is not None else None
 
     def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
         """Prediction's label chunks: the sampler's preferred bounds when it corrects per row."""
-        if self.per_row_correction:
-            return self.sampler.chunk_bounds(num_classes, label_chunk)
+        sampler = self._per_row_sampler
+        if sampler is not None:
+            return sampler.chunk_bounds(num_classes, label_chunk)
         return label_chunks(num_classes, label_chunk)
 
     def block_rows(self, batch_size: int, num_classes: int, budget: int) -> int:
         """Rows per prediction block so the correction held per block stays within ``budget``
         floats."""
-        if not self.per_row_correction:
+        sampler = self._per_row_sampler
+        if sampler is None:
             return batch_size
-        per_row = max(1, self.sampler.correction_floats_per_row(num_classes))
+        per_row = max(1, sampler.correction_floats_per_row(num_classes))
         return max(1, min(batch_size, budget // per_row))
 
     @contextmanager
@@ -423,12 +430,12 @@ class PredictionContext:
             else:  # ids the context did not hand out: every column once, then gather
                 if self._table is None:
                     self._table = self._source.columns(0, self._num_classes)
-                log_q = self._table.index_select(1, self._columns(label_ids))
+                log_q = self._table.index_select(1, self._columns(self._table, label_ids))
             return scores + log_q.to(scores)
         return scores + self.sampler.log_prob(x, label_ids).to(scores)
 
-    def _columns(self, label_ids: torch.Tensor) -> torch.Tensor:
-        label_ids = label_ids.to(self._table.device)
+    def _columns(self, table: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
+        label_ids = label_ids.to(table.device)
         if self._order is None:
             return label_ids
         if self._position is None or self._position.device != label_ids.device:
@@ -481,9 +488,6 @@ class Loss(torch.nn.Module):
         with no probability model (hinge) returns None.
         """
         return torch.exp(top_scores - log_partition)
-
-    def forward(self, batch: Batch) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def adjust_scores(
         self,
