@@ -17,6 +17,26 @@ from tailkit.atomic import write_json
 
 NULL_REASON = "_null_reason"
 
+#: The metrics ``metrics/<experiment>.json`` keeps, per block: what a reader compares first
+#: and what the report's comparison table shows (single-label accuracy, balanced accuracy,
+#: groups, top-5 and ECE; multi-label P@k, PSP@k and macro recall), so that ``dvc exp show``
+#: and ``dvc metrics diff`` stay a screen wide. Everything else (ranking tables, margins,
+#: intra-class distances, row and class counts, provenance) is in ``metrics/detail/``.
+HEADLINE: dict[str, tuple[str, ...]] = {
+    "test": (
+        "accuracy",
+        "balanced_accuracy",
+        "many",
+        "medium",
+        "few",
+        "top5_accuracy",
+        "ece",
+        *(f"{m}@{k}" for m in ("P", "PSP") for k in (1, 3, 5)),
+        "macro_recall@5",
+    ),
+    "uncorrected": ("accuracy", "balanced_accuracy", "P@1", "PSP@1"),
+}
+
 
 def _reason(value: float) -> str:
     return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
@@ -40,6 +60,24 @@ def null_non_finite(data: Any) -> Any:
             for v in data
         ]
     return data
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`HEADLINE` keys of ``metrics``, nested as there (a ``null`` and its reason
+    are kept together); blocks and keys the metrics lack are left out."""
+    out: dict[str, Any] = {}
+    for block, keys in HEADLINE.items():
+        values = metrics.get(block)
+        if not isinstance(values, dict):
+            continue
+        kept = {
+            k: v
+            for k, v in values.items()
+            if k in keys or (k.endswith(NULL_REASON) and k.removesuffix(NULL_REASON) in keys)
+        }
+        if kept:
+            out[block] = kept
+    return out
 
 
 def write_metrics(path: str | Path, data: Any) -> None:

@@ -64,7 +64,13 @@ class Layout:
         return self.root / "data" / "checkpoints" / experiment
 
     def metrics(self, experiment: str) -> Path:
+        """The headline metrics, the DVC metrics file (``metrics_file.HEADLINE``)."""
         return self.root / "metrics" / f"{experiment}.json"
+
+    def metrics_detail(self, experiment: str) -> Path:
+        """Every metric of the experiment: a git-tracked output that ``dvc exp show`` and
+        ``dvc metrics diff`` leave out, read by the report."""
+        return self.root / "metrics" / "detail" / f"{experiment}.json"
 
     @property
     def sampler_metrics(self) -> Path:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from conftest import BIN, TINY_PARAMS, run
 
+from tailkit.metrics_file import headline
 from tailkit.reporting.figures import read_class_bins
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,11 @@ def metrics_loss(experiment: str) -> str:
 
 def test_repro_writes_metrics_curves_and_report(tiny_project):
     for name in ("softmax", "sampled"):
-        metrics = json.loads((tiny_project / "metrics" / f"{name}.json").read_text())
+        metrics = json.loads((tiny_project / "metrics" / "detail" / f"{name}.json").read_text())
+        # the DVC metrics file holds the headline of the detail, nothing else
+        shown = json.loads((tiny_project / "metrics" / f"{name}.json").read_text())
+        assert shown == headline(metrics) and set(shown) == {"test"}
+        assert len(shown["test"]) == 7 and shown["test"]["accuracy"] == metrics["test"]["accuracy"]
         test = metrics["test"]
         assert 0.0 <= test["balanced_accuracy"] <= 1.0
         assert test["accuracy"] > 3 / 30  # far above chance on 30 separable classes
@@ -55,7 +60,8 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
     frame = pl.read_json(export)
     assert frame["experiment"].to_list() == list(TINY_EXPERIMENTS)
     for row in frame.iter_rows(named=True):
-        metrics = json.loads((tiny_project / "metrics" / f"{row['experiment']}.json").read_text())
+        detail = tiny_project / "metrics" / "detail" / f"{row['experiment']}.json"
+        metrics = json.loads(detail.read_text())
         for block in ("test", "ranking"):
             for key, value in metrics[block].items():
                 if isinstance(value, float):
@@ -77,7 +83,7 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
     assert tree["val_log_likelihood"] > sampler["uniform"]["val_log_likelihood"] + 0.5
     # Negative sampling from it: bias-corrected scores, and the uncorrected ones beside them.
     for name in ("ldam", "dro-lt"):  # mlp encoders: cosine layer, learned ε, prototypes
-        metrics = json.loads((tiny_project / "metrics" / f"{name}.json").read_text())
+        metrics = json.loads((tiny_project / "metrics" / "detail" / f"{name}.json").read_text())
         assert metrics["test"]["accuracy"] > 3 / 30
         assert 0.0 <= metrics["test"]["ece"] <= 1.0
         groups = [g for g in ("many", "medium", "few") if metrics["margins"][g] is not None]
@@ -89,7 +95,7 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         assert 0 < ranking["PSP@5"] <= 1 and 0 < ranking["coverage@5"] <= 1
         cdf = (tiny_project / "plots" / "eval" / name / f"margins-{groups[0]}.tsv").read_text()
         assert cdf.splitlines()[0] == "margin\tcdf" and len(cdf.splitlines()) == 102
-    adversarial = json.loads((tiny_project / "metrics" / "adversarial.json").read_text())
+    adversarial = json.loads((tiny_project / "metrics" / "detail" / "adversarial.json").read_text())
     assert adversarial["test"]["accuracy"] > 3 / 30
     assert adversarial["uncorrected"]["log_likelihood"] != adversarial["test"]["log_likelihood"]
     # up to date but for the code fingerprint, which always runs (and here changed nothing)
@@ -195,3 +201,6 @@ def test_experiment_workflow_exp_run_show_report_plots_and_metrics_diff(tiny_pro
     }
     change = diff["metrics/softmax.json"]["test.accuracy"]
     assert change["new"] == pytest.approx(exp_metrics["test"]["accuracy"])
+    # a one-experiment change reads on one screen: the headline and the two timing files
+    text = run(["dvc", "metrics", "diff", "HEAD~1"], tiny_project).stdout.strip().splitlines()
+    assert len(text) < 20, "\n".join(text)

@@ -269,7 +269,7 @@ def test_a_missing_or_broken_metrics_file_is_one_line_naming_it_and_its_stage(tm
     from tailkit.reporting.runs import workspace_runs
 
     layout = Layout(tmp_path)
-    path = layout.metrics("softmax")
+    path = layout.metrics_detail("softmax")
     if content is not None:
         path.parent.mkdir(parents=True)
         path.write_text(content)
@@ -283,3 +283,26 @@ def test_runs_differing_only_in_their_seed_are_kept_for_the_mean():
 
     runs = _seeded_runs()
     assert distinct(runs + runs[:2]) == runs
+
+
+def test_the_headline_keeps_what_the_tables_show_and_nothing_else():
+    """metrics/<exp>.json keeps the headline keys (and a null's reason), nested as in the
+    detail file; every column of the comparison tables but time is among them, so a report
+    over DVC experiments (which sees only the headline) shows the same table."""
+    from tailkit.metrics_file import HEADLINE, headline, null_non_finite
+    from tailkit.reporting.tables import COLUMNS, MULTILABEL_COLUMNS
+
+    for column in (*COLUMNS, *MULTILABEL_COLUMNS):
+        block, key = column.path
+        assert block == "train" or key in HEADLINE[block], column
+    detail = {
+        "test": {"accuracy": 0.9, "rows": 10, "ece": float("nan"), "few_classes": 3},
+        "uncorrected": {"accuracy": 0.8, "log_likelihood": -1.0},
+        "ranking": {"P@1": 0.9, "nDCG@3": 0.5},
+        "margins": {"few": {"mean": 1.0}},
+        "plugins": {"loss": "softmax (tailkit 0.1.0)"},
+    }
+    assert headline(null_non_finite(detail)) == {
+        "test": {"accuracy": 0.9, "ece": None, "ece_null_reason": "nan"},
+        "uncorrected": {"accuracy": 0.8},
+    }

@@ -117,10 +117,10 @@ def read_json(path: Path, producer: str) -> dict[str, Any]:
 
 
 def workspace_runs(params: Params, layout: Layout) -> list[Run]:
-    """Every experiment of ``params`` with its ``metrics/<experiment>.json`` and its time."""
+    """Every experiment of ``params`` with all its metrics (``metrics/detail/``) and its time."""
     runs = []
     for name in params.experiments:
-        metrics = read_json(layout.metrics(name), f"evaluate@{name}")
+        metrics = read_json(layout.metrics_detail(name), f"evaluate@{name}")
         timing_path = layout.timing(f"train/{name}")
         timing = read_json(timing_path, f"train@{name}") if timing_path.exists() else None
         runs.append(Run(name, "", params, _with_time(metrics, timing)))
@@ -142,7 +142,8 @@ def dvc_exp_show(root: Path) -> list[dict[str, Any]]:
 
 
 def _metrics_of(metrics: dict[str, Any] | None, experiment: str) -> dict[str, Any] | None:
-    """An experiment's metrics and time from exp show's ``{path: {"data": ...}}`` entries."""
+    """An experiment's headline metrics (what DVC records of a run) and time from exp show's
+    ``{path: {"data": ...}}`` entries."""
 
     def data(path: Path) -> dict[str, Any] | None:
         return ((metrics or {}).get(path.as_posix()) or {}).get("data") or None

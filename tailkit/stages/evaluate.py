@@ -1,4 +1,6 @@
-"""Stage ``evaluate@<experiment>``: score the test split and write ``metrics/<experiment>.json``.
+"""Stage ``evaluate@<experiment>``: score the test split; every metric goes to
+``metrics/detail/<experiment>.json`` and the headline ones (:data:`tailkit.metrics_file.HEADLINE`)
+to ``metrics/<experiment>.json``, the file DVC compares.
 
 Scores are computed in label chunks with the loss's prediction-time adjustment applied (see
 :mod:`tailkit.evaluation.predict`); when the loss has one, the unadjusted metrics are reported
@@ -65,7 +67,7 @@ from tailkit.evaluation.per_class import (
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.experiment import build_model, build_objective, feature_dir, trains_itself
 from tailkit.labels import LabelSets
-from tailkit.metrics_file import write_metrics
+from tailkit.metrics_file import headline, null_non_finite, write_metrics
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.progress import notice
@@ -328,7 +330,8 @@ def _write_metrics(
                 raw.ranked, y, counts, raw.log_likelihood, raw.confidence
             )
     _write_per_class(layout, experiment, features, meta, test, adjusted.ranked)
-    write_metrics(layout.metrics(experiment), metrics)
+    write_metrics(layout.metrics_detail(experiment), metrics)
+    write_metrics(layout.metrics(experiment), headline(null_non_finite(metrics)))
     return metrics
 
 
