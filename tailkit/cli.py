@@ -15,10 +15,11 @@ from typing import Any
 import click
 
 from tailkit import progress
-from tailkit.errors import TailkitError
+from tailkit.catalog import load_catalog, records
+from tailkit.errors import TailkitError, did_you_mean
 from tailkit.params import Params, load_params
 from tailkit.paths import Layout
-from tailkit.registry import KINDS, Registry, get_plugin_manager, get_registry
+from tailkit.registry import KINDS, SINGULAR, Registry, get_plugin_manager, get_registry
 
 params_option = click.option(
     "--params",
@@ -312,23 +313,19 @@ def compare(
 )
 def plugins(components: bool) -> None:
     """Print the installed plugins as JSON: distribution, version, registered names."""
-    registry = _guard(get_registry)
-    if components:
-        records = [c.info() for kind in KINDS for c in registry.components(kind)]
-        click.echo(json.dumps(records, indent=2))
-        return
-    click.echo(json.dumps(registry.report(), indent=2))
+    catalog = _guard(load_catalog)
+    click.echo(json.dumps(catalog.components if components else catalog.plugins, indent=2))
 
 
 @cli.command("list")
 @click.argument("kind", type=click.Choice(KINDS))
 def list_components(kind: str) -> None:
     """List the registered components of KIND with a one-line description each."""
-    registry = _guard(get_registry)
-    components = registry.components(kind)
-    width = max((len(c.name) for c in components), default=0)
-    for c in components:
-        click.echo(f"{c.name:<{width}}  {c.description}  [{c.plugin}]")
+    found = records(_guard(load_catalog), kind)
+    primary = sorted({r["name"]: r for r in found.values()}.items())
+    width = max((len(name) for name, _ in primary), default=0)
+    for name, r in primary:
+        click.echo(f"{name:<{width}}  {r['description']}  [{r['plugin']}]")
 
 
 @cli.command()
@@ -336,24 +333,31 @@ def list_components(kind: str) -> None:
 @click.argument("name")
 def options(kind: str, name: str) -> None:
     """Print the options component NAME of KIND takes in params.yaml: type, default, range."""
-    registry = _guard(get_registry)
-    component = _guard(lambda: registry.get(kind, name, f"tailkit options {kind}"))
-    click.echo(f"{component.name}: {component.description}  [{component.plugin}]")
-    if component.modes:
-        click.echo(f"  takes: {' and '.join(f'{m} batches' for m in component.modes)}")
-    rows = component.options
+    found = records(_guard(load_catalog), kind)
+    if name not in found:
+        available = ", ".join(sorted({r["name"] for r in found.values()})) or "(none installed)"
+        click.echo(
+            f"Error: tailkit options {kind}: unknown {SINGULAR[kind]} {name!r}"
+            f"{did_you_mean(name, found)}; available: {available}",
+            err=True,
+        )
+        sys.exit(2)
+    record = found[name]
+    click.echo(f"{record['name']}: {record['description']}  [{record['plugin']}]")
+    if modes := record["traits"].get("modes"):
+        click.echo(f"  takes: {' and '.join(f'{m} batches' for m in modes)}")
+    rows = record["options"]
     if not rows:
         click.echo("  (no options)")
-    widths = {k: max((len(getattr(r, k)) for r in rows), default=0) for k in ("name", "type")}
-    widths["default"] = max((len(r.default) for r in rows), default=0)
+    widths = {k: max((len(r[k]) for r in rows), default=0) for k in ("name", "type", "default")}
     for r in rows:
         line = (
-            f"  {r.name:<{widths['name']}}  {r.type:<{widths['type']}}  "
-            f"default {r.default:<{widths['default']}}  {r.allowed}"
+            f"  {r['name']:<{widths['name']}}  {r['type']:<{widths['type']}}  "
+            f"default {r['default']:<{widths['default']}}  {r['allowed']}"
         )
         click.echo(line.rstrip())
-        if r.doc:
-            click.echo(f"      {r.doc}")
+        if r["doc"]:
+            click.echo(f"      {r['doc']}")
 
 
 def main() -> None:

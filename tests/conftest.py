@@ -154,3 +154,13 @@ def tiny_project(tmp_path_factory) -> Path:
     run(["git", "add", "-A"], path)
     run(["git", "commit", "-qm", "repro"], path)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _private_catalog_cache(tmp_path_factory, monkeypatch):
+    """In-process CLI calls keep the component catalog in a folder of the test session's, so a
+    test that patches the plugins in can never leave its records in the user's cache."""
+    from tailkit import catalog
+
+    folder = tmp_path_factory.getbasetemp() / "catalog-cache"
+    monkeypatch.setattr(catalog, "cache_dir", lambda: folder)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -165,7 +167,8 @@ def test_options_prints_each_option_with_type_default_and_range():
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("tree: ") and lines[0].endswith("[tailkit.samplers]")
-    options = {line.split()[0]: line for line in lines[1:]}
+    rows = [x for x in lines[1:] if x.startswith("  ") and not x.startswith("      ")]
+    options = {line.split()[0]: line for line in rows}
     assert list(options) == ["k", "reg", "split_rule", "frequency_reg", "max_rounds"]
     assert "an integer" in options["k"] and "default 16" in options["k"]
     assert options["k"].endswith("in the range [1, 1024]")
@@ -175,3 +178,38 @@ def test_options_prints_each_option_with_type_default_and_range():
     typo = CliRunner().invoke(cli, ["options", "losses", "softmx"])
     assert typo.exit_code == 2
     assert "unknown loss 'softmx' (did you mean 'softmax'?)" in typo.output
+
+
+def test_info_commands_read_a_cached_catalog_without_importing_components(tmp_path):
+    """Issue 15 item 6: `list`, `plugins`, `options` start in well under a second because the
+    info records are cached outside the project; the cache follows the installed code."""
+    probe = (
+        "import sys; from tailkit.catalog import load_catalog; c = load_catalog(); "
+        "print(len(c.components), 'torch' in sys.modules)"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first, second = (
+        subprocess.run(
+            [sys.executable, "-c", probe], check=True, env=env, capture_output=True, text=True
+        )
+        for _ in range(2)
+    )
+    count = first.stdout.split()[0]
+    assert first.stdout.split() == [count, "True"]  # built: every component imported
+    assert second.stdout.split() == [count, "False"]  # read back: nothing imported
+    assert len(list((tmp_path / "tailkit").glob("catalog-*.json"))) == 1
+
+
+def test_the_catalog_key_follows_files_plugins_and_settings(tmp_path, monkeypatch):
+    from tailkit import catalog
+
+    source = tmp_path / "plugin.py"
+    source.write_text("x = 1\n")
+    monkeypatch.setattr(catalog, "_package_files", lambda top: iter([source]))
+    key = catalog.catalog_key()
+    assert catalog.catalog_key() == key
+    source.write_text("x = 22\n")  # an edit changes the size (and the mtime)
+    edited = catalog.catalog_key()
+    assert edited != key
+    monkeypatch.setenv("TAILKIT_LOAD_PLUGINS", "tailkit.losses")
+    assert catalog.catalog_key() != edited
