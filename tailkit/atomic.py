@@ -173,6 +173,7 @@ def _publish_dir(tmp: Path, path: Path) -> None:
     loses the race to put its own directory in place moves the winner's aside and tries again.
     """
     for attempt in range(_PUBLISH_ATTEMPTS):
+        aside: Path | None
         aside = path.with_name(f"{_temp_prefix(path)}{secrets.token_hex(4)}.tmp")
         try:
             os.rename(path, aside)

@@ -420,7 +420,7 @@ def read_features(
         if column.null_count:
             raise DataValidationError(f"{path}: column {name!r} has {column.null_count} nulls")
         arrays[name] = _single_array(column)
-    out: dict[str, torch.Tensor | None] = dict.fromkeys(COLUMNS)
+    out: dict[str, Any] = dict.fromkeys(COLUMNS)
     for name in ("row_id", "label"):
         if name in arrays and not (name == "label" and multilabel):
             out[name] = _as_tensor(arrays[name].to_numpy(zero_copy_only=True))

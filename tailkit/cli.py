@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -135,9 +136,9 @@ def featurize(params_path: Path, sets: tuple[str, ...], quiet: bool) -> None:
     """Fit each feature set's featurizer and write its Parquet feature cache."""
     from tailkit.stages import featurize as stage
 
-    context = _guard(lambda: _context(params_path, quiet))
+    context: tuple[Params, Layout, Registry] = _guard(lambda: _context(params_path, quiet))
     for key in sets or tuple(context[0].featurize):
-        meta = _guard(lambda key=key: stage.run(*context, key))
+        meta = _guard(partial(stage.run, *context, key))
         name = meta["featurize"]["name"]
         _say(quiet, f"featurize@{key}: {name} -> {meta['dim']:,} {meta['kind']} dimensions")
 
@@ -288,8 +289,8 @@ def compare(
         if fmt == "parquet" and out is None:
             raise TailkitError("compare: --format parquet needs --out FILE")
         known = module.workspace_experiments(root, params_path)
-        sides = [module.load_side(root, module.parse_source(s, known)) for s in (a, b)]
-        result = module.compare(*sides, metric=metric, top=top)
+        side_a, side_b = [module.load_side(root, module.parse_source(s, known)) for s in (a, b)]
+        result = module.compare(side_a, side_b, metric=metric, top=top)
         figure = None if no_figure else module.draw(result, module.figure_path(root, result))
         return module.render(result, fmt), figure
 

@@ -121,7 +121,7 @@ def tool_versions(factory: Any) -> dict[str, str | None]:
     """``{distribution: version}`` of what a component declares in ``requires`` (the tool a
     wrapped model runs: its code shapes the result but lives outside any package we hash);
     None for one not installed."""
-    out = {}
+    out: dict[str, str | None] = {}
     for distribution in getattr(factory, "requires", ()):
         try:
             out[distribution] = importlib.metadata.version(distribution)

@@ -140,7 +140,7 @@ class Sampler:
     sampler documents otherwise (in-batch: the probability that a batch row has that label).
     """
 
-    shared: ClassVar[bool] = True
+    shared: bool = True  # a class default; uniform and unigram set it per instance
     conditional: ClassVar[bool] = False
     #: False for samplers that bring their own negatives (in-batch) and ignore ``m``.
     uses_negatives: ClassVar[bool] = True
@@ -557,7 +557,7 @@ class Learner:
     input_kind: ClassVar[str] = "sparse"
     requires: ClassVar[tuple[str, ...]] = ()
     scores_are_probabilities: ClassVar[bool] = True
-    deterministic: ClassVar[bool] = True
+    deterministic: bool = True  # a class default; napkinxc-plt sets it per instance
 
     def fit(
         self, x: Any, labels: Any, num_classes: int, directory: Path, seed: int

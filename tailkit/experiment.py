@@ -6,7 +6,7 @@ imports the other).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tailkit.codehash import tool_versions
 from tailkit.errors import InvalidParameterError
@@ -79,16 +79,19 @@ def build_objective(params: Params, experiment: str, registry: Registry):
     check_components(params, experiment, registry)
     exp = params.experiment(experiment)
     key = f"experiments.{experiment}"
-    info = registry.get("losses", exp.loss["name"], f"{key}.loss.name")
+    # check_components raised unless the model is trained by the loop, which has both.
+    loss_spec = cast(dict[str, Any], exp.loss)
+    optimizer_spec = cast(dict[str, Any], exp.optimizer)
+    info = registry.get("losses", loss_spec["name"], f"{key}.loss.name")
     mode = batch_mode(params, experiment)
     if mode not in info.modes:
         if mode == "full":
             raise InvalidParameterError(
-                f"{key}.sampler: loss {exp.loss['name']!r} takes only sampled batches "
+                f"{key}.sampler: loss {loss_spec['name']!r} takes only sampled batches "
                 "(SampledBatch); name one of the samplers (and set negatives)"
             )
         raise InvalidParameterError(
-            f"{key}.sampler: got {exp.sampler!r}, but loss {exp.loss['name']!r} takes only "
+            f"{key}.sampler: got {exp.sampler!r}, but loss {loss_spec['name']!r} takes only "
             "full batches (FullBatch: the logits of all labels); set sampler: none"
         )
     if exp.sampler != NO_SAMPLER and exp.negatives < 1:
@@ -98,8 +101,8 @@ def build_objective(params: Params, experiment: str, registry: Registry):
                 f"{key}.negatives: got {exp.negatives}; sampler {exp.sampler!r} draws "
                 "`negatives` per step, so it must be >= 1"
             )
-    loss = registry.build("losses", exp.loss, f"{key}.loss")
-    optimizer = build_optimizer(exp.optimizer, f"{key}.optimizer")
+    loss = registry.build("losses", loss_spec, f"{key}.loss")
+    optimizer = build_optimizer(optimizer_spec, f"{key}.optimizer")
     return loss, optimizer
 
 
@@ -113,7 +116,7 @@ def check_labels(loss, params: Params, experiment: str, meta: dict, registry: Re
         for c in registry.components("losses")
         if c.traits["multilabel"] or "sampled" in c.modes
     ]
-    name = params.experiment(experiment).loss["name"]
+    name = cast(dict[str, Any], params.experiment(experiment).loss)["name"]  # as build_objective
     raise InvalidParameterError(
         f"experiments.{experiment}.loss: loss {name!r} takes one label per row, but dataset "
         f"{params.dataset['name']!r} is multi-label; losses for multi-label rows: "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import numpy as np
 import polars as pl
@@ -62,7 +62,7 @@ def read_label_table(
         if wanted is not None and not set(wanted) <= set(file.schema_arrow.names):
             raise DataValidationError(f"{name}: lacks a column of {wanted} ({rebuild})")
         try:
-            frame = pl.from_arrow(file.read(columns=wanted))
+            frame = cast(pl.DataFrame, pl.from_arrow(file.read(columns=wanted)))  # a Table's
         except (OSError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
             raise parquet.unreadable(name, producer, exc) from exc
     try:

@@ -18,14 +18,14 @@ it (:func:`unreadable`), in the words of :mod:`tailkit.label_table`'s errors.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tailkit.errors import DataValidationError
 
-Source = str | Path | IO[bytes] | pa.NativeFile
+Source: TypeAlias = str | Path | IO[bytes] | pa.NativeFile
 
 
 def write_table(table: pa.Table, where: str | Path | IO[bytes], **options: Any) -> None:

@@ -33,8 +33,7 @@ def write_split(path: Path, rows: np.ndarray, labels: np.ndarray | LabelSets) ->
     """Row ids (int64) and labels: int64, or ``list<int32>`` for multi-label rows."""
     from tailkit.labels import LabelSets
 
-    multi = isinstance(labels, LabelSets)
-    column = labels.to_arrow() if multi else pa.array(labels, pa.int64())
+    column = labels.to_arrow() if isinstance(labels, LabelSets) else pa.array(labels, pa.int64())
     table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": column})
     parquet.write_table(table, path, compression="zstd")  # with page checksums
 

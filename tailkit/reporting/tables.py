@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -155,12 +155,14 @@ def _dotted(col: Column) -> str:
 
 def best_values(summary: pl.DataFrame, columns: Sequence[Column]) -> dict[str, float]:
     """The best mean of each column over the summary's rows (columns nobody reports absent)."""
-    best = {}
+    best: dict[str, float] = {}
     for col in columns:
         if _dotted(col) in summary.columns:
             values = summary[_dotted(col)].drop_nulls()
             if len(values):
-                best[col.header] = values.max() if col.higher_is_better else values.min()
+                best[col.header] = cast(
+                    float, values.max() if col.higher_is_better else values.min()
+                )
     return best
 
 
@@ -186,7 +188,7 @@ def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = Non
     columns = columns_for(runs) if columns is None else columns
     summary = seed_summary(runs_frame(runs), [_dotted(c) for c in columns])
     best = best_values(summary, columns)
-    several = summary["seeds"].max() > 1 if len(summary) else False
+    several = cast(int, summary["seeds"].max()) > 1 if len(summary) else False
     head = ["experiment", "method", *(["seeds"] if several else []), *(c.header for c in columns)]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     for row in summary.iter_rows(named=True):

@@ -213,14 +213,17 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     counts = np.asarray(meta["train_counts"])
     features = feature_dir(params, layout, experiment)
     test = read_features(features / "test.parquet")
-    multilabel = isinstance(test.labels, LabelSets)
+    x_test, y_test = test.x, test.labels
+    assert x_test is not None and y_test is not None  # read with every column
+    multilabel = isinstance(y_test, LabelSets)
+    single = None if isinstance(y_test, LabelSets) else y_test  # (N,) ids; None: multi-label
     adjusted, raw = predict(
         encoder,
         layer,
         loss,
         ctx,
-        test.x,
-        None if multilabel else test.labels,
+        x_test,
+        single,
         k=_top_k(params, meta["num_classes"]),
         batch_size=params.evaluate.batch_size,
         label_chunk=params.evaluate.label_chunk,
@@ -231,11 +234,11 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
         return _Scored(preds.topk.cpu().numpy(), ll, _confidence(preds, loss))
 
     margins, intra = None, None
-    if not multilabel:
-        labels = test.labels.numpy()
-        margins, cdfs = margin_summary(adjusted.margins(test.labels).cpu().numpy(), labels, counts)
+    if single is not None:  # not multilabel
+        labels = single.numpy()
+        margins, cdfs = margin_summary(adjusted.margins(single).cpu().numpy(), labels, counts)
         picked = pick_rows(labels, params.evaluate.diameter_rows, seed=params.base.seed)
-        z = embed(encoder, test.x[torch.from_numpy(picked)], device)
+        z = embed(encoder, x_test[torch.from_numpy(picked)], device)
         intra = diameter_summary(class_diameters(z, labels[picked], len(counts)), counts)
         _write_margin_cdfs(layout.eval_plots(experiment), cdfs)
     return _write_metrics(
@@ -314,6 +317,7 @@ def _write_metrics(
                 raw.ranked, labels, counts, raw_ranking, raw.confidence
             )
     else:
+        assert labels is not None  # read with every column
         y = labels.numpy()
         metrics = {
             "test": _metrics(
@@ -345,8 +349,10 @@ def _write_per_class(
 ) -> None:
     """``per_class.parquet`` and its binned plot file (module docstring)."""
     counts = np.asarray(meta["train_counts"])
-    multilabel = isinstance(test.labels, LabelSets)
-    labels = test.labels if multilabel else test.labels.numpy()
+    y_test, row_ids = test.labels, test.row_ids
+    assert y_test is not None and row_ids is not None  # read with every column
+    multilabel = isinstance(y_test, LabelSets)
+    labels = y_test if isinstance(y_test, LabelSets) else y_test.numpy()
     truth = _truth(labels)
     # p_l = 1/q_l, for multi-label data only (single-label tables have no propensity column)
     propensity = 1.0 / _inverse_propensity(labels, counts, meta) if multilabel else None
@@ -354,7 +360,7 @@ def _write_per_class(
     frame = per_class_frame(
         read_labels(features), per_label_results(ranked, truth, len(counts)), k, propensity
     )
-    key = data_key(counts, test.row_ids.numpy(), truth)
+    key = data_key(counts, row_ids.numpy(), truth)
     write_per_class(layout.per_class(experiment), frame, experiment, k, key, multilabel)
     write_class_plot(
         layout.class_plot(experiment), frame, f"recall@{k}" if multilabel else "recall@1"

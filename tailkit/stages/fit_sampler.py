@@ -65,9 +65,10 @@ def mean_log_prob(
 def fit(sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, num_classes: int):
     """``sampler.fit`` on the training split, multi-label rows as pairs (module docstring)."""
     rows, y = _pairs(labels)
+    features: torch.Tensor | None = x
     if rows is not None:
-        x = x.index_select(0, rows) if sampler.conditional else None
-    sampler.fit(x, y, num_classes)
+        features = x.index_select(0, rows) if sampler.conditional else None
+    sampler.fit(features, y, num_classes)
 
 
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:

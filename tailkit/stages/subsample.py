@@ -32,7 +32,7 @@ each label, and ``<split>_rows`` the rows (the N of the propensity model).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -100,7 +100,8 @@ def _deal(
     gets the next ``segments[s][c]`` rows of class c. Returns sorted positions in ``labels``."""
     counts = np.bincount(labels, minlength=num_classes)
     rng = np.random.default_rng(seed)
-    order = np.lexsort((rng.random(labels.shape[0]), labels))  # by class, random within
+    noise = cast(np.ndarray, rng.random(labels.shape[0]))  # an array: the stubs read a float
+    order = np.lexsort((noise, labels))  # by class, random within
     start = np.concatenate([[0], np.cumsum(counts)[:-1]])
     sorted_labels = labels[order]
     rank = np.arange(labels.shape[0]) - start[sorted_labels]

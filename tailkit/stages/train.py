@@ -69,6 +69,9 @@ def run(
     encoder = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     train_set = read_features(features / "train.parquet")
     val_set = read_features(features / "val.parquet")
+    x_train, y_train, x_val, y_val = train_set.x, train_set.labels, val_set.x, val_set.labels
+    # read with every column, so none is None
+    assert x_train is not None and y_train is not None and x_val is not None and y_val is not None
     sampler = load_sampler(registry, params, settings["sampler"], layout, device)
     check_support(
         loss, sampler, params, settings["sampler"], experiment, meta["num_classes"], device
@@ -100,8 +103,8 @@ def run(
         eval_every=params.train.eval_every,
         val_rows=params.train.val_rows,
         val_budget=params.train.val_budget,
-        available_rows=val_set.x.shape[0],
-        total_steps=cfg.total_steps(train_set.x.shape[0]),
+        available_rows=x_val.shape[0],
+        total_steps=cfg.total_steps(x_train.shape[0]),
         batch_size=cfg.batch_size,
         num_classes=meta["num_classes"],
         dim=encoder.out_dim,
@@ -113,7 +116,7 @@ def run(
         ),
     )
     cfg.eval_every = schedule.every
-    val_pick = _validation_rows(val_set.x.shape[0], params)[: schedule.rows]
+    val_pick = _validation_rows(x_val.shape[0], params)[: schedule.rows]
     fingerprint = params_hash(
         {
             "settings": settings,
@@ -136,10 +139,10 @@ def run(
         loss=loss,
         sampler=sampler,
         optimizer=optimizer,
-        x_train=train_set.x,
-        y_train=train_set.labels,
-        x_val=val_set.x[val_pick],
-        y_val=val_set.labels[val_pick],
+        x_train=x_train,
+        y_train=y_train,
+        x_val=x_val[val_pick],
+        y_val=y_val[val_pick],
         class_counts=torch.as_tensor(meta["train_counts"], dtype=torch.float64),
         checkpoint=checkpoint,
         progress=progress,
@@ -237,20 +240,23 @@ def _fit_learner(
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     train_set = read_features(features / "train.parquet")
     val_set = read_features(features / "val.parquet")
-    val_pick = _validation_rows(val_set.x.shape[0], params)
+    x_train, y_train, x_val, y_val = train_set.x, train_set.labels, val_set.x, val_set.labels
+    # read with every column, so none is None
+    assert x_train is not None and y_train is not None and x_val is not None and y_val is not None
+    val_pick = _validation_rows(x_val.shape[0], params)
     if progress is not None:
         progress(0, 1, {})
     with atomic_dir(layout.model(experiment)) as tmp:
         start = time.perf_counter()
         model.fit(
-            train_set.x,
-            train_set.labels,
+            x_train,
+            y_train,
             meta["num_classes"],
             tmp / LEARNER_FILES,
             params.base.seed,
         )
         seconds = time.perf_counter() - start
-        top1, _ = model.predict_topk(val_set.x[val_pick], 1)
+        top1, _ = model.predict_topk(x_val[val_pick], 1)
         write_json(
             tmp / MODEL_INFO,
             {
@@ -267,7 +273,7 @@ def _fit_learner(
     if progress is not None:
         progress(1, 1, {})
     accuracy, balanced = validation_scores(
-        torch.from_numpy(top1[:, 0]), val_set.labels[val_pick], meta["num_classes"]
+        torch.from_numpy(top1[:, 0]), y_val[val_pick], meta["num_classes"]
     )
     curve = [
         {
@@ -280,7 +286,7 @@ def _fit_learner(
     ]
     with atomic_path(layout.curve(experiment)) as tmp:
         tmp.write_text(curve_to_tsv(curve))
-    rows = int(train_set.x.shape[0])
+    rows = int(x_train.shape[0])
     timing = {
         "seconds": round(seconds, 3),
         "steps": None,

@@ -222,7 +222,7 @@ def _outside_interval(annotation: Any, interval: Interval) -> list[Any]:
 
 
 def _outside_options(annotation: Any, allowed: Options) -> list[Any]:
-    out = []
+    out: list[Any] = []
     if _accepts(annotation, _INVALID) and _INVALID not in allowed:
         out.append(_INVALID)
     numbers = [v for v in allowed.values if isinstance(v, int | float) and not isinstance(v, bool)]
@@ -317,12 +317,12 @@ def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, Batch, dict[s
     embeddings = z.to(dtype)
     if mode == "full":
         logits = full.to(dtype).requires_grad_(True)
-        batch = FullBatch(
+        batch: Batch = FullBatch(
             labels=labels, logits=logits, num_classes=C, log_prior=log_prior, embeddings=embeddings
         )
         return [("full logits", batch, {"logits": logits})]
 
-    out = []
+    out: list[tuple[str, Batch, dict[str, Any]]] = []
     for variant in ("shared", "per-example", "conditional"):
         y = labels.clone()
         if variant == "shared":
@@ -754,6 +754,7 @@ def check_model(factory: Callable[..., Any] | Component, /, **options: Any) -> N
         f"out_dim is {out_dim!r}; expected a positive int",
     )
     gen = torch.Generator().manual_seed(SEED)
+    x: torch.Tensor | SparseRows
     if image:
         x = torch.randint(0, 256, (B, *IMAGE_SHAPE), generator=gen, dtype=torch.uint8)
     elif kind == "sparse":
@@ -810,7 +811,7 @@ def _check_learner(factory: Callable[..., Any], label: str, options: dict[str, A
     gen = torch.Generator().manual_seed(SEED)
     noise = torch.randint(0, 2 * classes, (rows,), generator=gen)
     ids = torch.stack([2 * y, 2 * y + 1, 2 * classes + noise], dim=1).sort(dim=1).values
-    x = SparseRows(
+    x: SparseRows | torch.Tensor = SparseRows(
         torch.arange(0, 3 * rows + 1, 3), ids.reshape(-1), torch.ones(3 * rows), 4 * classes
     )
     if model_input_kind(factory) != "sparse":

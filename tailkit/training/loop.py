@@ -98,9 +98,9 @@ def validation_scores(
         hit &= top1.numpy() >= 0  # −1: a tool that returned no label (its key is row·C − 1)
         recall, support = label_recall(top1.numpy()[:, None], y_val.csr_pair(), num_classes)
         return float(hit.mean()), float(recall[support > 0].mean())
-    y, top1 = y_val.numpy(), top1.numpy()
-    recall, support = per_class_recall(y, top1, num_classes)
-    return float((top1 == y).mean()), float(recall[support > 0].mean())
+    y, top = y_val.numpy(), top1.numpy()
+    recall, support = per_class_recall(y, top, num_classes)
+    return float((top == y).mean()), float(recall[support > 0].mean())
 
 
 def sampled_input(
@@ -110,7 +110,7 @@ def sampled_input(
     z: torch.Tensor,
     y: torch.Tensor | LabelSets,
     negatives: int,
-    generator: torch.Generator | None,
+    generator: torch.Generator,
     *,
     log_prior: torch.Tensor,
     epoch: int = 0,
@@ -164,9 +164,9 @@ def train(
     sampler: Sampler | None,
     optimizer: RowSparseOptimizer,
     x_train: torch.Tensor,
-    y_train: torch.Tensor,
+    y_train: torch.Tensor | LabelSets,
     x_val: torch.Tensor,
-    y_val: torch.Tensor,
+    y_val: torch.Tensor | LabelSets,
     class_counts: torch.Tensor,
     checkpoint: Checkpointer | None = None,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,

@@ -105,7 +105,9 @@ class OutputLayer:
 
     def _cosine(self, z: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """s·z/‖z‖ and w/‖w‖ row-wise (the scale folded into the B rows of z, not the C of w)."""
-        z = F.normalize(z, dim=-1) * self.cosine_scale
+        scale = self.cosine_scale
+        assert scale is not None  # called for cosine layers only
+        z = F.normalize(z, dim=-1) * scale
         return z, F.normalize(weight, dim=-1)
 
     def full(self, z: torch.Tensor) -> tuple[torch.Tensor, Rows]:

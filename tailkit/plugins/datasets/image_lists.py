@@ -418,7 +418,8 @@ class INaturalist2018:
         root = _root(self.name, self.root, "train_val2018/<super category>/<category>/*.jpg")
         folder = Path(self.annotations).expanduser() if self.annotations is not None else root
         num_classes = STATISTICS[self.name].num_classes
-        splits, names = [], {}
+        splits: list[_Split] = []
+        names: dict[int, str] = {}
         for split, file in self.files.items():
             entries, categories = read_coco(folder / file, split, num_classes)
             splits.append(entries)

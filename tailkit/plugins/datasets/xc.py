@@ -65,7 +65,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, ClassVar, Literal
+from typing import IO, Any, ClassVar, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -473,6 +473,7 @@ class _Source:
                 f"{path}: 7z archives are not supported; extract it and set dataset.path to "
                 "the folder"
             )
+        members: dict[str, zipfile.ZipInfo | tarfile.TarInfo]
         try:
             if zipfile.is_zipfile(fh):
                 fh.seek(0)
@@ -540,7 +541,7 @@ def _sha256_stream(fh: IO[bytes]) -> str:
     return hasher.hexdigest()
 
 
-def _choose(source: _Source, fmt: XCFormat) -> tuple[str, dict[str, str]]:
+def _choose(source: _Source, fmt: XCFormat) -> tuple[Literal["legacy", "split"], dict[str, str]]:
     """The format and the file of each role (``train``, ``test``, or ``train_X``…)."""
 
     def one(candidates: list[str], role: str) -> str | None:
@@ -677,8 +678,25 @@ def decode(path: str | Path, fmt: XCFormat = "auto", sha256: str | None = None) 
                 )
             dims = trx.header[1], try_.header[1]
     num_features, num_labels = dims
-    feats = [_csr(x.feat_counts, x.feat_ids, x.feat_vals, (x.rows, num_features)) for x, _ in pairs]
-    labels = [_csr(y.label_counts, y.label_ids, None, (y.rows, num_labels)) for _, y in pairs]
+    # The parts of each file's kind: None only for a file of no rows.
+    feats = [
+        _csr(
+            cast(np.ndarray, x.feat_counts),
+            cast(np.ndarray, x.feat_ids),
+            x.feat_vals,
+            (x.rows, num_features),
+        )
+        for x, _ in pairs
+    ]
+    labels = [
+        _csr(
+            cast(np.ndarray, y.label_counts),
+            cast(np.ndarray, y.label_ids),
+            None,
+            (y.rows, num_labels),
+        )
+        for _, y in pairs
+    ]
     features = sp.csr_matrix(sp.vstack(feats, format="csr", dtype=np.float32))
     indicator = sp.csr_matrix(sp.vstack(labels, format="csr", dtype=np.float32))
     features.sort_indices()
@@ -825,8 +843,8 @@ class XC:
                 written.append(dest / file)
             write_json(dest / META, meta)  # last: its presence marks a complete fetch
         except BaseException:
-            for file in written:
-                file.unlink(missing_ok=True)
+            for done in written:
+                done.unlink(missing_ok=True)
             raise
 
     def _check(self, decoded: Decoded) -> None:

@@ -104,8 +104,8 @@ def _lat_lon(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
         xyz = np.asarray(inputs, dtype=np.float64)
         norm = np.linalg.norm(xyz, axis=1)
         if not np.all(np.isfinite(norm)) or np.any(norm == 0):
-            bad = int(np.flatnonzero(~np.isfinite(norm) | (norm == 0))[0])
-            raise ValueError(f"featurizer 'geocells': row {bad} is not a position (norm 0 or NaN)")
+            row = int(np.flatnonzero(~np.isfinite(norm) | (norm == 0))[0])
+            raise ValueError(f"featurizer 'geocells': row {row} is not a position (norm 0 or NaN)")
         lat = np.degrees(np.arcsin(np.clip(xyz[:, 2] / norm, -1.0, 1.0)))
         return lat, np.degrees(np.arctan2(xyz[:, 1], xyz[:, 0]))
     if is_dense_2d(inputs) and inputs.shape[1] == 2:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,45 @@ from tailkit.plugins.losses.elm import (
     squared_distances,
 )
 from tailkit.validation import Constraint, Interval, Options
+
+
+@overload
+def dro_loss(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    proto_labels: torch.Tensor,
+    epsilon: torch.Tensor | float,
+    temperature: float,
+    *,
+    per_class: Literal[False] = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def dro_loss(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    proto_labels: torch.Tensor,
+    epsilon: torch.Tensor | float,
+    temperature: float,
+    *,
+    per_class: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def dro_loss(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    proto_labels: torch.Tensor,
+    epsilon: torch.Tensor | float,
+    temperature: float,
+    *,
+    per_class: bool = ...,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def dro_loss(
@@ -117,6 +156,10 @@ class DROLT(Loss):
         "prototype_momentum": Interval(0, 1),
         "ce_weighting": Options("none", "head-up"),
     }
+    # Buffers registered by setup.
+    ce_weights: torch.Tensor
+    prototypes: torch.Tensor
+    seen: torch.Tensor
 
     def __init__(
         self,

@@ -185,6 +185,11 @@ class ELM(Loss):
         "positives": Options("batch", "memory"),
         "memory_size": Interval(1, None),
     }
+    # Buffers registered by setup (memory and memory_written with positives="memory" only).
+    log_adjustment: torch.Tensor
+    margins: torch.Tensor
+    memory: torch.Tensor
+    memory_written: torch.Tensor
 
     def __init__(
         self,

@@ -27,6 +27,8 @@ class _NeedsSetup(Loss):
     The table is kept in float64 and cast to the logits' dtype per step (C elements, negligible
     next to the B × C logits) so float64 checks are exact."""
 
+    offsets: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("offsets", torch.empty(0), persistent=False)

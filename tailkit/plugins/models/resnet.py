@@ -99,14 +99,18 @@ class ResNet32(Encoder):
 
     #: What :func:`tailkit.testing.check_model` feeds this model: image batches, not (B, D) rows.
     input_kind: ClassVar[str] = "image"
+    # Buffers registered in __init__.
+    scale: torch.Tensor
+    shift: torch.Tensor
 
     def __init__(
         self,
         in_dim: int | Sequence[int],
         /,
         *,
-        normalize_mean: list[float] = CIFAR10_MEAN,
-        normalize_std: list[float] = CIFAR10_STD,
+        # The option's type is what params.yaml gives (a list); the default is an immutable tuple.
+        normalize_mean: list[float] = CIFAR10_MEAN,  # type: ignore[assignment]
+        normalize_std: list[float] = CIFAR10_STD,  # type: ignore[assignment]
         augment: bool = True,
         channels_last: bool = True,
         amp: Literal["off", "bf16", "fp16"] = "bf16",

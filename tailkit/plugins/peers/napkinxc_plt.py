@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class NapkinXCPLT(Learner):
             "threads": threads,
         }
         self.deterministic = threads == 1
-        self._model = None
+        self._model: Any = None  # a napkinxc PLT once fitted or loaded
 
     def fit(self, x, labels, num_classes: int, directory: Path, seed: int) -> None:
         from napkinxc.models import PLT

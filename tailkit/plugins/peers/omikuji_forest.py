@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class Omikuji(Learner):
     """omikuji's Parabel-like forest of balanced k-means label trees with linear nodes."""
 
     requires: ClassVar[tuple[str, ...]] = ("omikuji",)
-    deterministic: ClassVar[bool] = False
+    deterministic: bool = False
     constraints: ClassVar[dict[str, Constraint]] = {
         "n_trees": Interval(1, None),
         "min_branch_size": Interval(2, None),
@@ -97,7 +97,7 @@ class Omikuji(Learner):
         }
         self.beam_size = beam_size
         self.threads = threads
-        self._model = None
+        self._model: Any = None  # an omikuji.Model once fitted or loaded
 
     def fit(self, x, labels, num_classes: int, directory: Path, seed: int) -> None:
         import omikuji

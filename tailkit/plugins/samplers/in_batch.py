@@ -26,7 +26,7 @@ class InBatchSampler(Sampler):
     rows are (close to) i.i.d. draws of training rows, as a shuffled epoch gives.
     """
 
-    shared: ClassVar[bool] = True
+    shared: bool = True
     uses_negatives: ClassVar[bool] = False
 
     def __init__(self) -> None:

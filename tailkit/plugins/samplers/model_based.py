@@ -25,7 +25,7 @@ class ModelBasedSampler(Sampler):
     Nothing is fitted: ``fit`` only records C.
     """
 
-    shared: ClassVar[bool] = False
+    shared: bool = False
     conditional: ClassVar[bool] = True
     conditions_on = "scores"
     constraints: ClassVar[dict[str, Constraint]] = {

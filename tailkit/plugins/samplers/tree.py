@@ -80,7 +80,7 @@ class TreeSampler(Sampler):
     elsewhere (CUDA) the same walk runs as batched torch ops, level by level.
     """
 
-    shared: ClassVar[bool] = False
+    shared: bool = False
     conditional: ClassVar[bool] = True
     constraints: ClassVar[dict[str, Constraint]] = {
         "k": Interval(1, 1024),
@@ -156,9 +156,11 @@ class TreeSampler(Sampler):
         )
         self.num_classes = int(num_classes)
         self.depth = tree.depth
+        mean, transform = pca.mean, pca.transform_matrix
+        assert mean is not None and transform is not None  # set by fit
         self._tables = {
-            "mean": torch.from_numpy(pca.mean.astype(np.float32)),
-            "transform": torch.from_numpy(pca.transform_matrix.astype(np.float32)),
+            "mean": torch.from_numpy(mean.astype(np.float32)),
+            "transform": torch.from_numpy(transform.astype(np.float32)),
             "weight": torch.from_numpy(tree.weight),
             "bias": torch.from_numpy(tree.bias),
             "leaf_of_label": torch.from_numpy(tree.leaf_of_label),
@@ -389,7 +391,9 @@ class TreeSampler(Sampler):
             self._weight_t = self._table("weight").t().contiguous()
             self._leaf_used = used.to(torch.uint8)
             self._first_out = torch.cat([per_subtree.new_zeros(1), per_subtree.cumsum(0)])
-        return self._weight_t, self._leaf_used, self._first_out
+        leaf_used, first_out = self._leaf_used, self._first_out
+        assert leaf_used is not None and first_out is not None  # set with _weight_t
+        return self._weight_t, leaf_used, first_out
 
     def _leaf_log_prob(self, xt: torch.Tensor) -> torch.Tensor:
         """(b, 2^D) log-probabilities of every leaf, level by level into one preallocated heap:
