@@ -616,7 +616,8 @@ def declared_traits(kind: str, factory: Any) -> dict[str, Any]:
     if kind == "samplers":
         return {
             name: getattr(cls, name, getattr(Sampler, name))
-            for name in ("shared", "conditional", "uses_negatives", "conditions_on")
+            # not `shared`: uniform and unigram take it as an option, so it is per instance
+            for name in ("conditional", "uses_negatives", "conditions_on")
         }
     if kind == "featurizers":
         return {"accepts": list(featurizer_accepts(cls)), "output": featurizer_output(cls)}

@@ -63,7 +63,7 @@ class Component:
 
     ``traits`` holds the kind's declared facts with the protocol's defaults filled in
     (:func:`tailkit.components.declared_traits`): a loss's batch ``modes`` and ``multilabel``;
-    a sampler's ``shared``, ``conditional``, ``uses_negatives`` and ``conditions_on``; a
+    a sampler's ``conditional``, ``uses_negatives`` and ``conditions_on``; a
     featurizer's ``accepts`` and ``output``; a model's ``input_kind``, ``learner`` and
     ``requires``. The core, ``tailkit list``/``options``/``plugins``
     and the contract kit read them here instead of probing the class.
