@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
+import torch
+
 from tailkit.codehash import tool_versions
+from tailkit.components import Loss, Sampler
 from tailkit.errors import InvalidParameterError
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout
@@ -165,3 +168,39 @@ def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> 
     if settings["sampler"] != NO_SAMPLER:
         out["sampler"] = registry.provenance("samplers", params.samplers[settings["sampler"]])
     return out
+
+
+def check_support(
+    loss: Loss,
+    sampler: Sampler | None,
+    params: Params,
+    key: str,
+    experiment: str,
+    num_classes: int,
+    device: torch.device,
+) -> None:
+    """Refuse an unconditional proposal that gives some label q = 0 to a loss that divides by
+    q (:attr:`Loss.uses_log_q`): importance weights would be unbiased for a different loss,
+    and the label's corrected score would be −∞ (it could never be predicted). It happens to
+    a unigram proposal with offset 0 when a label has no training row (multi-label data with a
+    random validation split, a profile that empties a class)."""
+    if sampler is None or sampler.conditional or not loss.uses_log_q:
+        return
+    labels = torch.arange(num_classes, device=device)
+    try:
+        log_q = sampler.log_prob(None, labels).cpu()
+    except NotImplementedError:
+        return
+    zero = torch.isneginf(log_q).nonzero().flatten()
+    if zero.numel():
+        fix = (
+            f"set samplers.{key}.offset above 0 (1 is Bamler–Mandt's frequency baseline)"
+            if params.samplers.get(key, {}).get("name") == "unigram"
+            else f"make samplers.{key} give every label some probability"
+        )
+        raise InvalidParameterError(
+            f"experiments.{experiment}: sampler {key!r} gives {zero.numel()} of {num_classes} "
+            f"labels probability 0 (e.g. label {int(zero[0])}), but loss "
+            f"{type(loss).__name__} divides by q; {fix}, or use a loss that needs no q "
+            "(weighting: constant)"
+        )

@@ -34,7 +34,7 @@ from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.params import SubsampleParams
 from tailkit.plugins.datasets import cifar
 from tailkit.plugins.datasets.cifar import ARCHIVES, Cifar10, Cifar100
-from tailkit.stages.subsample import profile_quota
+from tailkit.subsampling import profile_quota
 from tailkit.validation import option_signature, validate_options
 
 _RECONSTRUCT = np.empty(0).__reduce__()[0]

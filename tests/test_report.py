@@ -14,7 +14,7 @@ from tailkit.params import parse_params
 from tailkit.reporting import figures
 from tailkit.reporting.runs import Run, describe_data, exp_runs
 from tailkit.reporting.tables import comparison_table, plugin_versions, settings_tables
-from tailkit.stages.report import group_studies, study_markdown
+from tailkit.reporting.summary import group_studies, study_markdown
 
 
 def params_with(**changes):

@@ -335,7 +335,7 @@ def test_a_zero_probability_label_is_refused_for_losses_that_divide_by_q() -> No
 
     from tailkit.plugins.losses.negative_sampling import NegativeSampling
     from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
-    from tailkit.stages.train import check_support
+    from tailkit.experiment import check_support
 
     params = SimpleNamespace(samplers={"freq": {"name": "unigram"}})  # what it reads
     labels = torch.tensor([0, 0, 1, 3, 3, 3])  # label 2 has no training row

@@ -324,7 +324,7 @@ def test_weight_decay_on_a_sparse_input_layer_is_refused() -> None:
 
 def test_a_featurizer_giving_bad_sparse_rows_is_named_with_the_row() -> None:
     from tailkit.errors import PluginError
-    from tailkit.stages.featurize import as_output
+    from tailkit.featurizing import as_output
 
     good = sp.csr_matrix(np.array([[0, 1.0, 0], [2.0, 0, 3.0]], np.float32))
     assert (as_output(good, "sparse", "f") != good).nnz == 0

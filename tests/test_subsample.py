@@ -8,7 +8,7 @@ import pytest
 
 from tailkit.errors import DataValidationError
 from tailkit.params import SubsampleParams
-from tailkit.stages.subsample import profile_quota, split_given, split_rows
+from tailkit.subsampling import profile_quota, split_given, split_rows
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
 
@@ -327,7 +327,7 @@ def test_the_datasets_propensity_constants_travel_with_the_split(tmp_path, monke
     in the split's meta for evaluation, not a table keyed by dataset name in the metrics."""
     from conftest import _GivenDataset
 
-    from tailkit.stages.evaluate import _inverse_propensity
+    from tailkit.evaluation.results import _inverse_propensity
 
     labels = np.repeat(np.arange(3), 20)
     meta = _stage(tmp_path / "a", _raw(labels))

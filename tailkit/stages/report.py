@@ -22,127 +22,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tailkit.atomic import atomic_path
-from tailkit.errors import DataValidationError
-from tailkit.evaluation.metrics import FEW_BELOW, MANY_ABOVE
 from tailkit.params import Params
-from tailkit.paths import Layout, require
-from tailkit.reporting import figures
+from tailkit.paths import Layout
 from tailkit.reporting.runs import (
-    Run,
     describe_data,
     dvc_exp_show,
     exp_runs,
     workspace_runs,
 )
-from tailkit.reporting.tables import (
-    comparison_table,
-    export_runs,
-    is_multilabel,
-    plugin_versions,
-    settings_tables,
+from tailkit.reporting.summary import (
+    DVC_PLOTS_NOTE,
+    FIGURES,
+    MULTILABEL_FIGURES,
+    group_studies,
+    study_markdown,
+    write_figures,
+    write_plot_data,
 )
+from tailkit.reporting.tables import export_runs
 from tailkit.splits import read_meta
-
-FIGURES = {
-    "learning-curves.png": "Learning curves: validation accuracy and balanced accuracy",
-    "groups.png": "Test accuracy per many/medium/few group",
-    "per-class.png": "Per-class test accuracy against training rows",
-}
-MULTILABEL_FIGURES = {
-    "learning-curves.png": "Learning curves: validation P@1 and label-averaged top-1 share",
-    "groups.png": "Per-label recall@5 per many/medium/few group",
-    "per-class.png": "Per-label recall@5 against training rows",
-}
-LEGEND = (
-    "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
-    f"> {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; balanced "
-    "acc.: over all classes; ECE: expected calibration error of the loss's own probabilities "
-    "(15 bins; – for a loss without one). Best of each column in bold."
-)
-
-MULTILABEL_LEGEND = (
-    "Test metrics in %; P@k and PSP@k as the Extreme Classification Repository defines them "
-    "(PSP: propensity-scored, normalised by the best achievable ranking); macro R@5: per-label "
-    "recall of the top 5, averaged over labels; many/medium/few: the same over labels carried "
-    f"by > {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; ECE: of the "
-    "top-1 label being one of the row's labels. Best of each column in bold."
-)
-
-DVC_PLOTS_NOTE = (
-    "The same curves and bars, one line per experiment, in `dvc plots show` "
-    "(`dvc plots diff <rev>` overlays another commit or experiment).\n"
-)
-
-
-def group_studies(runs: list[Run]) -> dict[str, list[Run]]:
-    """Runs by the data they were trained on, in first-seen order."""
-    studies: dict[str, list[Run]] = {}
-    for run in runs:
-        studies.setdefault(run.study, []).append(run)
-    return studies
-
-
-def study_markdown(title: str, runs: list[Run]) -> str:
-    legend = MULTILABEL_LEGEND if is_multilabel(runs) else LEGEND
-    parts = [f"## {title}\n", comparison_table(runs), legend + "\n"]
-    differing = settings_tables(runs)
-    if differing:
-        parts += ["### Settings\n", differing]
-    parts.append(plugin_versions(runs))
-    return "\n".join(parts)
-
-
-def _read(reader, path: Path, producer: str):
-    """``reader(path)``, a missing or malformed file one line naming the stage to re-run (an
-    older tailkit wrote some of these files in another form)."""
-    try:
-        return reader(require(path, producer))
-    except DataValidationError:
-        raise
-    except ValueError as exc:
-        raise DataValidationError(f"{exc}; rebuild it with `dvc repro {producer}`") from exc
-
-
-def write_plot_data(runs: list[Run], layout: Layout) -> dict[str, Any]:
-    """``plots/report/{curves,groups}.tsv`` (long format, an ``experiment`` column) and the
-    arrays the figures need, read from each experiment's train and evaluate plot files."""
-    curves = {
-        r.experiment: _read(figures.read_curve, layout.curve(r.experiment), f"train@{r.experiment}")
-        for r in runs
-    }
-    groups = {r.experiment: {g: r.metrics["test"].get(g) for g in figures.GROUPS} for r in runs}
-    classes = {
-        r.experiment: _read(
-            figures.read_class_bins, layout.class_plot(r.experiment), f"evaluate@{r.experiment}"
-        )
-        for r in runs
-    }
-    lines = ["experiment\t" + "\t".join(figures.CURVE_COLUMNS)]
-    for name, curve in curves.items():
-        for i in range(len(curve["step"])):
-            values = (f"{curve[c][i]:.6g}" for c in figures.CURVE_COLUMNS)
-            lines.append(f"{name}\t" + "\t".join(values))
-    with atomic_path(layout.report_plots / "curves.tsv") as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
-    lines = ["experiment\tgroup\taccuracy"]
-    for name, by_group in groups.items():
-        lines += [f"{name}\t{g}\t{v:.6g}" for g, v in by_group.items() if v is not None]
-    with atomic_path(layout.report_plots / "groups.tsv") as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
-    return {"curves": curves, "groups": groups, "classes": classes}
-
-
-def write_figures(data: dict[str, Any], layout: Layout, multilabel: bool = False) -> None:
-    for name, draw, key in (
-        ("learning-curves.png", figures.learning_curves_figure, "curves"),
-        ("groups.png", figures.group_accuracy_figure, "groups"),
-        ("per-class.png", figures.class_accuracy_figure, "classes"),
-    ):
-        with atomic_path(layout.figures / name) as tmp:
-            draw(data[key], tmp, multilabel=multilabel)
 
 
 @dataclass(frozen=True)

@@ -16,24 +16,21 @@ the learning curve is one point (the fit's seconds, the validation scores).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from tailkit.artifacts import LEARNER_FILES, MODEL_INFO, load_sampler, save_model
+from tailkit.artifacts import load_sampler, save_model
 from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.checksum import params_hash
 from tailkit.codehash import experiment_code, module_fingerprint
-from tailkit.components import Loss, Sampler
-from tailkit.errors import InvalidParameterError
 from tailkit.experiment import (
     build_model,
     build_objective,
-    check_components,
     check_labels,
+    check_support,
     feature_dir,
     provenance,
     trains_itself,
@@ -45,7 +42,8 @@ from tailkit.runtime import resolve_device
 from tailkit.splits import read_meta
 from tailkit.training.cadence import plan_validation, step_work
 from tailkit.training.checkpoint import Checkpointer
-from tailkit.training.loop import LoopConfig, curve_to_tsv, train, validation_scores
+from tailkit.training.learner import fit_learner
+from tailkit.training.loop import LoopConfig, curve_to_tsv, train, validation_rows
 from tailkit.training.output_layer import OutputLayer
 
 
@@ -57,7 +55,7 @@ def run(
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     if trains_itself(params, experiment, registry):
-        return _fit_learner(params, layout, registry, experiment, progress)
+        return fit_learner(params, layout, registry, experiment, progress)
     settings = params.resolved(experiment)
     device = resolve_device(params.base.device)
     seed = params.base.seed
@@ -116,7 +114,9 @@ def run(
         ),
     )
     cfg.eval_every = schedule.every
-    val_pick = _validation_rows(x_val.shape[0], params)[: schedule.rows]
+    val_pick = validation_rows(x_val.shape[0], params.base.seed, params.train.val_rows)[
+        : schedule.rows
+    ]
     fingerprint = params_hash(
         {
             "settings": settings,
@@ -177,121 +177,4 @@ def run(
         tmp.write_text(curve_to_tsv(result.curve))
     write_json(layout.timing(f"train/{experiment}"), timing)
     checkpoint.clear()
-    return timing
-
-
-def check_support(
-    loss: Loss,
-    sampler: Sampler | None,
-    params: Params,
-    key: str,
-    experiment: str,
-    num_classes: int,
-    device: torch.device,
-) -> None:
-    """Refuse an unconditional proposal that gives some label q = 0 to a loss that divides by
-    q (:attr:`Loss.uses_log_q`): importance weights would be unbiased for a different loss,
-    and the label's corrected score would be −∞ (it could never be predicted). It happens to
-    a unigram proposal with offset 0 when a label has no training row (multi-label data with a
-    random validation split, a profile that empties a class)."""
-    if sampler is None or sampler.conditional or not loss.uses_log_q:
-        return
-    labels = torch.arange(num_classes, device=device)
-    try:
-        log_q = sampler.log_prob(None, labels).cpu()
-    except NotImplementedError:
-        return
-    zero = torch.isneginf(log_q).nonzero().flatten()
-    if zero.numel():
-        fix = (
-            f"set samplers.{key}.offset above 0 (1 is Bamler–Mandt's frequency baseline)"
-            if params.samplers.get(key, {}).get("name") == "unigram"
-            else f"make samplers.{key} give every label some probability"
-        )
-        raise InvalidParameterError(
-            f"experiments.{experiment}: sampler {key!r} gives {zero.numel()} of {num_classes} "
-            f"labels probability 0 (e.g. label {int(zero[0])}), but loss "
-            f"{type(loss).__name__} divides by q; {fix}, or use a loss that needs no q "
-            "(weighting: constant)"
-        )
-
-
-def _validation_rows(rows: int, params: Params) -> torch.Tensor:
-    """The validation rows of the learning curve: a seeded pick of ``train.val_rows``, the same
-    for every experiment, whichever way it trains."""
-    pick = torch.randperm(rows, generator=torch.Generator().manual_seed(params.base.seed))
-    return pick[: params.train.val_rows]
-
-
-def _fit_learner(
-    params: Params,
-    layout: Layout,
-    registry: Registry,
-    experiment: str,
-    progress: Callable[[int, int, dict[str, float]], None] | None,
-) -> dict[str, Any]:
-    """Train a model that trains itself (a wrapped tool): one ``fit`` on the training split,
-    its files in the tool's format under ``learner/``, and a one-point learning curve (the fit's
-    seconds and the validation scores of the same validation rows as the loop's)."""
-    check_components(params, experiment, registry)  # the loop's path checks in build_objective
-    settings = params.resolved(experiment)
-    features = feature_dir(params, layout, experiment)
-    meta = read_meta(features)
-    model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
-    train_set = read_features(features / "train.parquet")
-    val_set = read_features(features / "val.parquet")
-    x_train, y_train, x_val, y_val = train_set.x, train_set.labels, val_set.x, val_set.labels
-    # read with every column, so none is None
-    assert x_train is not None and y_train is not None and x_val is not None and y_val is not None
-    val_pick = _validation_rows(x_val.shape[0], params)
-    if progress is not None:
-        progress(0, 1, {})
-    with atomic_dir(layout.model(experiment)) as tmp:
-        start = time.perf_counter()
-        model.fit(
-            x_train,
-            y_train,
-            meta["num_classes"],
-            tmp / LEARNER_FILES,
-            params.base.seed,
-        )
-        seconds = time.perf_counter() - start
-        top1, _ = model.predict_topk(x_val[val_pick], 1)
-        write_json(
-            tmp / MODEL_INFO,
-            {
-                "experiment": experiment,
-                "settings": settings,
-                "num_classes": meta["num_classes"],
-                "in_dim": meta["dim"],
-                "steps": None,  # one fit by the tool, not steps of tailkit's loop
-                # False: the tool draws randomness no caller can seed; a rerun differs
-                "deterministic": model.deterministic,
-                "plugins": provenance(params, registry, settings),
-            },
-        )
-    if progress is not None:
-        progress(1, 1, {})
-    accuracy, balanced = validation_scores(
-        torch.from_numpy(top1[:, 0]), y_val[val_pick], meta["num_classes"]
-    )
-    curve = [
-        {
-            "step": 1,
-            "seconds": seconds,
-            "loss": float("nan"),  # the tool reports no training loss
-            "val_accuracy": accuracy,
-            "val_balanced_accuracy": balanced,
-        }
-    ]
-    with atomic_path(layout.curve(experiment)) as tmp:
-        tmp.write_text(curve_to_tsv(curve))
-    rows = int(x_train.shape[0])
-    timing = {
-        "seconds": round(seconds, 3),
-        "steps": None,
-        "examples_per_second": round(rows / max(seconds, 1e-9)),
-        "device": "cpu",
-    }
-    write_json(layout.timing(f"train/{experiment}"), timing)
     return timing
