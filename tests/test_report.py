@@ -13,8 +13,8 @@ from conftest import TINY_PARAMS
 from tailkit.params import parse_params
 from tailkit.reporting import figures
 from tailkit.reporting.runs import Run, describe_data, exp_runs
-from tailkit.reporting.tables import comparison_table, plugin_versions, settings_tables
 from tailkit.reporting.summary import group_studies, study_markdown
+from tailkit.reporting.tables import comparison_table, plugin_versions, settings_tables
 
 
 def params_with(**changes):

@@ -333,9 +333,9 @@ def test_a_zero_probability_label_is_refused_for_losses_that_divide_by_q() -> No
     the setting; a loss that needs no q, or an offset above 0, trains."""
     from types import SimpleNamespace
 
+    from tailkit.experiment import check_support
     from tailkit.plugins.losses.negative_sampling import NegativeSampling
     from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
-    from tailkit.experiment import check_support
 
     params = SimpleNamespace(samplers={"freq": {"name": "unigram"}})  # what it reads
     labels = torch.tensor([0, 0, 1, 3, 3, 3])  # label 2 has no training row
