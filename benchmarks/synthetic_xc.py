@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from tailkit.plugins.datasets.xc import write_legacy
+from tailkit.plugins.datasets.xc_decode import write_legacy
 
 LABELS = 10_000
 FEATURES = 30_000

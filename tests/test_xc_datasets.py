@@ -23,16 +23,16 @@ from sklearn.datasets import load_svmlight_file
 from tailkit.components import DEFAULT_PROPENSITY
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.metrics import inverse_propensity
-from tailkit.plugins.datasets import xc
+from tailkit.plugins.datasets import xc, xc_decode, xc_format
 from tailkit.plugins.datasets.xc import (
     PROPENSITY_CONSTANTS,
     XC,
     Amazon670K,
     EURLex4K,
     WikiLSHTC325K,
-    parse_file,
     to_single_label,
 )
+from tailkit.plugins.datasets.xc_format import parse_file
 from tailkit.registry import make_registry
 
 # Seven training rows, D = 8, L = 4, as the XC repository writes them: row 2 has no labels and
@@ -75,7 +75,9 @@ def _dense_labels(rows: list[list[int]], num_labels: int = 4) -> np.ndarray:
     return out
 
 
-def _parse(text: str, kind: xc.Kind = "legacy", where: str = "train.txt") -> xc.Parsed:
+def _parse(
+    text: str, kind: xc_format.Kind = "legacy", where: str = "train.txt"
+) -> xc_format.Parsed:
     return parse_file(io.BytesIO(text.encode()), kind, where)
 
 
@@ -112,8 +114,8 @@ def _sha256(path: Path) -> str:
 
 def test_legacy_rows_are_decoded_exactly() -> None:
     parsed = _parse(LEGACY_TRAIN)
-    features = xc._csr(parsed.feat_counts, parsed.feat_ids, parsed.feat_vals, (7, 8))
-    labels = xc._csr(parsed.label_counts, parsed.label_ids, None, (7, 4))
+    features = xc_format.csr(parsed.feat_counts, parsed.feat_ids, parsed.feat_vals, (7, 8))
+    labels = xc_format.csr(parsed.label_counts, parsed.label_ids, None, (7, 4))
     assert parsed.header == (7, 8, 4) and parsed.rows == 7
     np.testing.assert_array_equal(features.toarray(), TRAIN_X)  # sorted, repeats summed
     np.testing.assert_array_equal(labels.toarray(), _dense_labels(TRAIN_LABELS))
@@ -136,12 +138,12 @@ def test_agrees_with_sklearn_where_sklearn_can_read_the_body() -> None:
         rows.append(",".join(map(str, labels)) + " " + feats)
     body = "\n".join(rows) + "\n"
     parsed = _parse(f"200 50 9\n{body}")
-    ours = xc._csr(parsed.feat_counts, parsed.feat_ids, parsed.feat_vals, (200, 50))
+    ours = xc_format.csr(parsed.feat_counts, parsed.feat_ids, parsed.feat_vals, (200, 50))
     theirs, y = load_svmlight_file(
         io.BytesIO(body.encode()), n_features=50, multilabel=True, zero_based=True
     )
     np.testing.assert_allclose(ours.toarray(), theirs.toarray(), rtol=1e-6)
-    ours_y = xc._csr(parsed.label_counts, parsed.label_ids, None, (200, 9))
+    ours_y = xc_format.csr(parsed.label_counts, parsed.label_ids, None, (200, 9))
     assert [list(r.indices) for r in ours_y] == [[int(v) for v in t] for t in y]
 
 
@@ -162,14 +164,14 @@ def test_sklearn_rejects_unsorted_ids_which_the_files_have() -> None:
 )
 def test_label_files(text: str) -> None:
     parsed = _parse(text, "labels", "trn_X_Y.txt")
-    labels = xc._csr(parsed.label_counts, parsed.label_ids, None, (3, 4))
+    labels = xc_format.csr(parsed.label_counts, parsed.label_ids, None, (3, 4))
     np.testing.assert_array_equal(labels.toarray(), _dense_labels([[0, 2], [], [3]]))
 
 
 def test_blocks_split_anywhere_keep_rows_and_line_numbers(monkeypatch) -> None:
-    monkeypatch.setattr(xc, "_CHUNK", 5)  # many blocks, boundaries inside tokens
+    monkeypatch.setattr(xc_format, "_CHUNK", 5)  # many blocks, boundaries inside tokens
     parsed = _parse(LEGACY_TRAIN)
-    features = xc._csr(parsed.feat_counts, parsed.feat_ids, parsed.feat_vals, (7, 8))
+    features = xc_format.csr(parsed.feat_counts, parsed.feat_ids, parsed.feat_vals, (7, 8))
     np.testing.assert_array_equal(features.toarray(), TRAIN_X)
     with pytest.raises(DataValidationError, match=r"^train.txt:6: malformed token '0:x'"):
         _parse(LEGACY_TRAIN.replace("0:4 7:1", "0:x 7:1"))
@@ -200,19 +202,21 @@ def test_blocks_split_anywhere_keep_rows_and_line_numbers(monkeypatch) -> None:
         ("2 4 4\n0:1\n", "labels", r"^f:1: header '2 4 4' is not 'N L'"),
     ],
 )
-def test_broken_files_name_file_and_line(text: str, kind: xc.Kind, message: str) -> None:
+def test_broken_files_name_file_and_line(text: str, kind: xc_format.Kind, message: str) -> None:
     with pytest.raises(DataValidationError, match=message) as err:
         _parse(text, kind, "f")
     assert "\n" not in str(err.value)
 
 
-# --- reading rules (module docstring): no token dropped, no lone \r, each row by its own form ---
+# --- reading rules (xc_format.py): no token dropped, no lone \r, each row by its own form ---
 
 
-def _parse_in_blocks(data: bytes, kind: xc.Kind, chunk: int, where: str = "f") -> xc.Parsed:
+def _parse_in_blocks(
+    data: bytes, kind: xc_format.Kind, chunk: int, where: str = "f"
+) -> xc_format.Parsed:
     """parse_file reading ``chunk`` bytes at a time, so blocks end where the test wants."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(xc, "_CHUNK", chunk)
+        patch.setattr(xc_format, "_CHUNK", chunk)
         return parse_file(io.BytesIO(data), kind, where)
 
 
@@ -228,7 +232,7 @@ def _parse_in_blocks(data: bytes, kind: xc.Kind, chunk: int, where: str = "f") -
     ids=["legacy-file", "features-file", "alone-in-its-block"],
 )
 def test_f1_token_without_colon_names_its_line(
-    data: bytes, kind: xc.Kind, chunk: int, message: str
+    data: bytes, kind: xc_format.Kind, chunk: int, message: str
 ) -> None:
     with pytest.raises(DataValidationError) as err:
         _parse_in_blocks(data, kind, chunk)
@@ -738,7 +742,7 @@ def test_write_legacy_is_read_back_exactly_by_parse_file(tmp_path: Path) -> None
         np.array([[0, 1.5, 0, 2], [0.25, 0, 0, 0], [0, 0, 3, 0]], dtype=np.float32)
     )
     labels = sp.csr_matrix(np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=np.float32))
-    xc.write_legacy(tmp_path / "train.txt", features, labels)
+    xc_decode.write_legacy(tmp_path / "train.txt", features, labels)
     with (tmp_path / "train.txt").open("rb") as f:
         parsed = parse_file(f, "legacy", "train.txt")
     assert parsed.header == (3, 4, 3) and parsed.rows == 3

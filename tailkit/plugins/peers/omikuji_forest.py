@@ -9,8 +9,8 @@ labels per leaf, liblinear L2-regularised hinge-loss nodes (C = 1), weights belo
 beam 10. Options are the tool's own, by its own names; scores are its probability estimates.
 
 omikuji reads training rows only from a file in the Extreme Classification Repository's text
-format, so ``fit`` writes one (:func:`tailkit.plugins.datasets.xc.write_legacy`) to a scratch
-directory. Rows without labels are left out: a label-tree node trains on the rows of the
+format, so ``fit`` writes one (:func:`tailkit.plugins.datasets.xc_decode.write_legacy`) to a
+scratch directory. Rows without labels are left out: a label-tree node trains on the rows of the
 labels below it, which such a row is not; so are rows without features, which omikuji's reader
 refuses ("Failed to load data") and which carry nothing to learn from (a place alone in every
 one of its grid cells under ``geocells``' ``min_count`` 2). The model is the directory omikuji
@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from tailkit.components import Learner
-from tailkit.plugins.datasets.xc import write_legacy
+from tailkit.plugins.datasets.xc_decode import write_legacy
 from tailkit.plugins.peers.tooling import (
     as_csr,
     label_matrix,
