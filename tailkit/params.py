@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from tailkit.errors import InvalidParameterError, did_you_mean
+from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
 from tailkit.validation import SEED, Interval, Options, validate_options
 
 NO_SAMPLER = "none"
@@ -92,6 +93,8 @@ class EvaluateParams:
     top_k: int = 5
     # Test rows per class for the intra-class distance (pairwise, so O(rows²) per class).
     diameter_rows: int = 256
+    # Many/medium/few by training rows: {many_above: 100, few_below: 20} (tailkit.groups).
+    groups: dict[str, int] = field(default_factory=DEFAULT_GROUPS.as_dict)
 
     constraints: ClassVar = {
         "batch_size": Interval(1, None),
@@ -99,6 +102,11 @@ class EvaluateParams:
         "top_k": Interval(5, None),  # top5_accuracy needs at least 5
         "diameter_rows": Interval(2, None),
     }
+
+    @property
+    def thresholds(self) -> GroupThresholds:
+        """``groups`` as the evaluation code takes it (checked when the params were read)."""
+        return GroupThresholds(**self.groups)
 
 
 @dataclass(frozen=True)
@@ -262,11 +270,23 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         featurize=featurize,
         samplers=samplers,
         train=section("train", TrainParams),
-        evaluate=section("evaluate", EvaluateParams),
+        evaluate=_evaluate(source, section("evaluate", EvaluateParams)),
         experiments=experiments,
         sampler_features=sampler_features,
         source=source,
     )
+
+
+def _evaluate(source: str, evaluate: EvaluateParams) -> EvaluateParams:
+    """``evaluate`` with ``groups`` checked: known keys, integers, a medium range that keeps
+    many and few apart; the missing thresholds take their defaults."""
+    key = f"{source}: evaluate.groups"
+    groups = validate_options(key, GroupThresholds, evaluate.groups)
+    try:
+        thresholds = GroupThresholds(**groups)
+    except ValueError as exc:
+        raise InvalidParameterError(f"{key}: {exc}") from exc
+    return dataclasses.replace(evaluate, groups=thresholds.as_dict())
 
 
 def _feature_sets(source: str, raw: Any) -> dict[str, dict[str, Any]]:

@@ -16,9 +16,11 @@ from tailkit.evaluation.metrics import (
     shot_groups,
     topk_labels,
 )
+from tailkit.evaluation.per_class import group_of
 from tailkit.evaluation.plots import margin_cdf_figure, read_cdf
 from tailkit.evaluation.predict import predict
 from tailkit.evaluation.topk import chunk_topk, chunked_topk, merge_topk
+from tailkit.groups import GroupThresholds
 from tailkit.plugins.models.linear import Linear
 from tailkit.training.output_layer import OutputLayer
 
@@ -98,6 +100,36 @@ def test_group_boundaries_follow_classifier_balancing():
     assert groups["many"].tolist() == [True, False, False, False]
     assert groups["medium"].tolist() == [False, True, True, False]
     assert groups["few"].tolist() == [False, False, False, True]
+
+
+def test_group_thresholds_move_the_boundaries_and_every_group_summary_follows():
+    """evaluate.groups (issue 17 item 2): each boundary value falls on the side the thresholds
+    say, for the masks, the per-class metrics, margins, diameters and the per-class table."""
+    counts = np.array([51, 50, 49, 6, 5, 4])
+    custom = GroupThresholds(many_above=50, few_below=5)
+    masks = shot_groups(counts, custom)
+    assert masks["many"].tolist() == [True, False, False, False, False, False]
+    assert masks["medium"].tolist() == [False, True, True, True, True, False]
+    assert masks["few"].tolist() == [False, False, False, False, False, True]
+    assert sum(m.astype(int) for m in masks.values()).tolist() == [1] * 6  # a partition
+    default = shot_groups(counts)
+    assert default["medium"].tolist() == [True] * 3 + [False] * 3
+    assert default["few"].tolist() == [False] * 3 + [True] * 3 and not default["many"].any()
+    # class c is right iff c is even: group means from the custom masks
+    labels = np.arange(6)
+    topk = np.stack([np.where(labels % 2 == 0, labels, (labels + 1) % 6)] * 5, axis=1)
+    m = classification_metrics(labels, topk, None, counts, custom)
+    assert m["many"] == 1.0 and m["medium"] == pytest.approx(2 / 4) and m["few"] == 0.0
+    assert (m["many_classes"], m["medium_classes"], m["few_classes"]) == (1, 4, 1)
+    summary, _ = margin_summary(np.array([1.0, -1, 1, -1, 1, -1]), labels, counts, custom)
+    assert summary["many"]["rows"] == 1 and summary["medium"]["rows"] == 4
+    diameters = diameter_summary(np.linspace(0.1, 0.6, 6), counts, custom)
+    assert diameters["many"]["classes"] == 1 and diameters["few"]["classes"] == 1
+    assert group_of(counts, custom).to_list() == ["many", *["medium"] * 4, "few"]
+    assert custom.ranges() == {"many": "> 50", "medium": "5–50", "few": "< 5"}
+    with pytest.raises(ValueError, match="both many and few"):
+        GroupThresholds(many_above=10, few_below=12)
+    GroupThresholds(many_above=10, few_below=11)  # no medium class at all, but a partition
 
 
 # ---------------------------------------------------------------- margins, ECE, diameters

@@ -193,3 +193,26 @@ def test_misspelt_keys_and_names_get_a_suggestion():
     with pytest.raises(KeyError) as far:  # nothing close: no guess
         make_registry().get("losses", "zzz", "experiments.a.loss.name")
     assert "did you mean" not in str(far.value)
+
+
+def _with_groups(groups: object) -> dict:
+    raw = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())
+    raw["evaluate"] = {**raw.get("evaluate", {}), "groups": groups}
+    return raw
+
+
+def test_group_thresholds_default_to_oltr_and_are_checked():
+    """evaluate.groups (issue 17 item 2): OLTR's > 100, 20–100, < 20 unless set; a partial
+    mapping keeps the other default; bad values are one line naming the key."""
+    raw = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())
+    assert parse_params(raw).evaluate.groups == {"many_above": 100, "few_below": 20}
+    assert parse_params(_with_groups({"few_below": 5})).evaluate.thresholds.many_above == 100
+    for groups, message in (
+        ({"many_abov": 50}, r"evaluate\.groups: unknown key 'many_abov' \(did you mean"),
+        ({"many_above": "x"}, r"evaluate\.groups\.many_above: got 'x'"),
+        ({"few_below": -1}, r"evaluate\.groups\.few_below: got -1; expected a value in"),
+        ({"many_above": 10, "few_below": 50}, r"evaluate\.groups: few_below \(50\) is more than"),
+    ):
+        with pytest.raises(InvalidParameterError, match=message) as err:
+            parse_params(_with_groups(groups))
+        assert "\n" not in str(err.value)

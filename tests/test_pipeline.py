@@ -28,6 +28,8 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         shown = json.loads((tiny_project / "metrics" / f"{name}.json").read_text())
         assert shown == headline(metrics) and set(shown) == {"test"}
         assert len(shown["test"]) == 7 and shown["test"]["accuracy"] == metrics["test"]["accuracy"]
+        # the many/medium/few thresholds are recorded beside the groups (OLTR's defaults)
+        assert metrics["groups"] == {"many_above": 100, "few_below": 20}
         test = metrics["test"]
         assert 0.0 <= test["balanced_accuracy"] <= 1.0
         assert test["accuracy"] > 3 / 30  # far above chance on 30 separable classes

@@ -306,3 +306,14 @@ def test_the_headline_keeps_what_the_tables_show_and_nothing_else():
         "test": {"accuracy": 0.9, "ece": None, "ece_null_reason": "nan"},
         "uncorrected": {"accuracy": 0.8},
     }
+
+
+def test_the_legend_states_the_thresholds_the_runs_were_evaluated_with():
+    """A study evaluated with evaluate.groups = {many_above: 50, few_below: 5} says so under
+    its table; runs that record none (a DVC experiment's headline) get OLTR's defaults."""
+    params = parse_params(TINY_PARAMS)
+    custom = metrics(0.5, groups={"many_above": 50, "few_below": 5})
+    text = study_markdown("s", [Run("softmax", "", params, custom)])
+    assert "classes with > 50, 5–50 and < 5 training rows" in text
+    plain = study_markdown("s", [Run("softmax", "", params, metrics(0.5))])
+    assert "classes with > 100, 20–100 and < 20 training rows" in plain

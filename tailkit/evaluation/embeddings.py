@@ -9,6 +9,7 @@ import torch
 
 from tailkit.components import Encoder
 from tailkit.evaluation.metrics import shot_groups
+from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
 
 
 def pick_rows(labels: np.ndarray, max_per_class: int, seed: int = 0) -> np.ndarray:
@@ -55,11 +56,13 @@ def class_diameters(z: torch.Tensor, labels: np.ndarray, num_classes: int) -> np
     return out
 
 
-def diameter_summary(diameters: np.ndarray, train_counts: np.ndarray) -> dict[str, Any]:
+def diameter_summary(
+    diameters: np.ndarray, train_counts: np.ndarray, groups: GroupThresholds = DEFAULT_GROUPS
+) -> dict[str, Any]:
     """Mean and median normalised class diameter per many/medium/few group (classes with ≥ 2
     evaluated rows); None for a group without such a class."""
     out: dict[str, Any] = {}
-    for group, mask in shot_groups(train_counts).items():
+    for group, mask in shot_groups(train_counts, groups).items():
         values = diameters[mask & ~np.isnan(diameters)]
         out[group] = (
             {

@@ -2,7 +2,8 @@
 margins, and the Extreme Classification Repository's ranking metrics.
 
 Groups follow the classifier-balancing convention (datasets-metrics.md §3.4): by *training*
-count, many > 100, medium 20–100, few < 20. A group's accuracy is the mean of its classes'
+count, many > 100, medium 20–100, few < 20 by default (``evaluate.groups``,
+:class:`GroupThresholds`). A group's accuracy is the mean of its classes'
 recalls (class-balanced), over the classes that occur in the evaluated split; a group with no
 such class is reported as null. Balanced accuracy is the mean per-class recall over the
 classes present (scikit-learn's ``balanced_accuracy_score``).
@@ -21,20 +22,18 @@ from typing import Any
 
 import numpy as np
 
-MANY_ABOVE = 100
-FEW_BELOW = 20
+from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
 
 
-#: The groups of :func:`shot_groups`, in its order.
-GROUPS = ("many", "medium", "few")
-
-
-def shot_groups(train_counts: np.ndarray) -> dict[str, np.ndarray]:
-    """Boolean masks over classes: many (> 100), medium (20–100), few (< 20) training rows."""
+def shot_groups(
+    train_counts: np.ndarray, groups: GroupThresholds = DEFAULT_GROUPS
+) -> dict[str, np.ndarray]:
+    """Boolean masks over classes: many (> 100), medium (20–100), few (< 20) training rows, or
+    the ``groups`` given."""
     return {
-        "many": train_counts > MANY_ABOVE,
-        "medium": (train_counts >= FEW_BELOW) & (train_counts <= MANY_ABOVE),
-        "few": train_counts < FEW_BELOW,
+        "many": train_counts > groups.many_above,
+        "medium": (train_counts >= groups.few_below) & (train_counts <= groups.many_above),
+        "few": train_counts < groups.few_below,
     }
 
 
@@ -58,6 +57,7 @@ def classification_metrics(
     topk: np.ndarray,
     log_likelihood: np.ndarray | None,
     train_counts: np.ndarray,
+    groups: GroupThresholds = DEFAULT_GROUPS,
 ) -> dict[str, Any]:
     """Accuracy (top-1, top-5), balanced accuracy, many/medium/few, log-likelihood (None for
     a model that scores only its top labels, as the wrapped tools do)."""
@@ -72,7 +72,7 @@ def classification_metrics(
         "balanced_accuracy": float(recall[present].mean()),
         "log_likelihood": None if log_likelihood is None else float(log_likelihood.mean()),
     }
-    for group, mask in shot_groups(train_counts).items():
+    for group, mask in shot_groups(train_counts, groups).items():
         out[group] = _mean_or_none(recall[mask & present])
         out[f"{group}_classes"] = int((mask & present).sum())
     return out
@@ -99,7 +99,10 @@ CDF_POINTS = np.linspace(0.0, 1.0, 101)
 
 
 def margin_summary(
-    margins: np.ndarray, labels: np.ndarray, train_counts: np.ndarray
+    margins: np.ndarray,
+    labels: np.ndarray,
+    train_counts: np.ndarray,
+    groups: GroupThresholds = DEFAULT_GROUPS,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Per group (many/medium/few by training count): median, mean and the fraction of rows
     with a negative margin (misclassified), and the margin at each of :data:`CDF_POINTS`.
@@ -109,7 +112,7 @@ def margin_summary(
     """
     summary: dict[str, Any] = {}
     cdfs: dict[str, np.ndarray] = {}
-    for group, mask in shot_groups(train_counts).items():
+    for group, mask in shot_groups(train_counts, groups).items():
         values = margins[mask[labels]]
         if values.size == 0:
             summary[group] = None

@@ -17,13 +17,15 @@ diff`` stay readable at 10^6 labels.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from tailkit.atomic import atomic_path
-from tailkit.evaluation.metrics import GROUPS, label_recall, shot_groups
+from tailkit.evaluation.metrics import label_recall, shot_groups
+from tailkit.groups import DEFAULT_GROUPS, GROUPS, GroupThresholds
 from tailkit.label_table import write_label_table
 
 GROUP_TYPE = pl.Enum(GROUPS)
@@ -66,10 +68,10 @@ def per_label_results(
     }
 
 
-def group_of(train_counts: np.ndarray) -> pl.Series:
+def group_of(train_counts: np.ndarray, groups: GroupThresholds = DEFAULT_GROUPS) -> pl.Series:
     """Each label's many/medium/few group by its training count."""
     codes = np.zeros(len(train_counts), dtype=np.uint8)
-    for code, mask in enumerate(shot_groups(train_counts).values()):
+    for code, mask in enumerate(shot_groups(train_counts, groups).values()):
         codes[mask] = code
     return pl.Series("group", np.asarray(GROUPS)[codes], dtype=GROUP_TYPE)
 
@@ -79,6 +81,7 @@ def per_class_frame(
     results: dict[str, np.ndarray],
     k: int,
     propensity: np.ndarray | None = None,
+    groups: GroupThresholds = DEFAULT_GROUPS,
 ) -> pl.DataFrame:
     """The per-class table: the label table (ids, names, split counts) beside the results of
     :func:`per_label_results`, ``recall@k`` named with its k."""
@@ -91,19 +94,26 @@ def per_class_frame(
     }
     if propensity is not None:
         measured["propensity"] = propensity
-    frame = labels.with_columns(group_of(counts)).hstack(pl.DataFrame(measured))
+    frame = labels.with_columns(group_of(counts, groups)).hstack(pl.DataFrame(measured))
     floats = [c for c, v in measured.items() if v.dtype.kind == "f"]
     return frame.with_columns(pl.col(floats).fill_nan(None))
 
 
 def write_per_class(
-    path: Path, frame: pl.DataFrame, experiment: str, k: int, key: str, multilabel: bool
+    path: Path,
+    frame: pl.DataFrame,
+    experiment: str,
+    k: int,
+    key: str,
+    multilabel: bool,
+    groups: GroupThresholds = DEFAULT_GROUPS,
 ) -> None:
     metadata = {
         "tailkit.experiment": experiment,
         "tailkit.k": str(k),
         "tailkit.data_key": key,
         "tailkit.multilabel": str(multilabel).lower(),
+        "tailkit.groups": json.dumps(groups.as_dict(), sort_keys=True),
     }
     write_label_table(path, frame, metadata)
 

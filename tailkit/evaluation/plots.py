@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tailkit.evaluation.metrics import GROUPS
+from tailkit.groups import GROUPS
 
 
 def read_cdf(path: Path) -> tuple[list[float], list[float]]:

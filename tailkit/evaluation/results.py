@@ -58,6 +58,7 @@ from tailkit.evaluation.per_class import (
     write_per_class,
 )
 from tailkit.evaluation.predict import Predictions
+from tailkit.groups import GroupThresholds
 from tailkit.labels import LabelSets
 from tailkit.metrics_file import headline, null_non_finite, write_metrics
 from tailkit.paths import Layout
@@ -81,8 +82,9 @@ def _metrics(
     counts: np.ndarray,
     log_likelihood: np.ndarray | None,
     confidence: np.ndarray | None,
+    groups: GroupThresholds,
 ) -> dict[str, Any]:
-    out = classification_metrics(labels, topk, log_likelihood, counts)
+    out = classification_metrics(labels, topk, log_likelihood, counts, groups)
     out["ece"] = (
         None if confidence is None else expected_calibration_error(confidence, topk[:, 0] == labels)
     )
@@ -129,6 +131,7 @@ def _multilabel_metrics(
     counts: np.ndarray,
     ranking: dict[str, float],
     confidence: np.ndarray | None,
+    groups: GroupThresholds,
 ) -> dict[str, Any]:
     """The ``test`` block of multi-label rows (module docstring)."""
     recall, support = label_recall(ranked, labels.csr_pair(), labels.num_classes)
@@ -137,7 +140,7 @@ def _multilabel_metrics(
     out: dict[str, Any] = {"rows": len(labels)}
     out.update((key, ranking[key]) for key in ranking if key.split("@")[0] in ("P", "PSP"))
     out[f"macro_recall@{k}"] = float(recall[present].mean()) if present.any() else None
-    for group, mask in shot_groups(counts).items():
+    for group, mask in shot_groups(counts, groups).items():
         chosen = recall[mask & present]
         out[group] = float(chosen.mean()) if chosen.size else None
         out[f"{group}_classes"] = int((mask & present).sum())
@@ -167,18 +170,20 @@ def write_results(
     plugins: dict[str, str],
     margins: dict[str, Any] | None,
     intra: dict[str, Any] | None,
+    groups: GroupThresholds,
 ) -> dict[str, Any]:
     """``metrics/<experiment>.json`` and the per-class table, for either kind of model and
-    either kind of label."""
+    either kind of label; ``groups`` split many/medium/few and are recorded beside them."""
     counts = np.asarray(meta["train_counts"])
     labels = test.labels
     if isinstance(labels, LabelSets):
         ranking = _ranking(adjusted.ranked, labels, counts, meta)
         test_metrics = _multilabel_metrics(
-            adjusted.ranked, labels, counts, ranking, adjusted.confidence
+            adjusted.ranked, labels, counts, ranking, adjusted.confidence, groups
         )
         metrics: dict[str, Any] = {
             "test": test_metrics,
+            "groups": groups.as_dict(),
             "ranking": ranking,
             "train": train,
             "plugins": plugins,
@@ -186,15 +191,16 @@ def write_results(
         if raw is not None:
             raw_ranking = _ranking(raw.ranked, labels, counts, meta)
             metrics["uncorrected"] = _multilabel_metrics(
-                raw.ranked, labels, counts, raw_ranking, raw.confidence
+                raw.ranked, labels, counts, raw_ranking, raw.confidence, groups
             )
     else:
         assert labels is not None  # read with every column
         y = labels.numpy()
         metrics = {
             "test": _metrics(
-                adjusted.ranked, y, counts, adjusted.log_likelihood, adjusted.confidence
+                adjusted.ranked, y, counts, adjusted.log_likelihood, adjusted.confidence, groups
             ),
+            "groups": groups.as_dict(),
             "ranking": _ranking(adjusted.ranked, y, counts, meta),
             "train": train,
             "margins": margins,
@@ -203,9 +209,9 @@ def write_results(
         }
         if raw is not None:
             metrics["uncorrected"] = _metrics(
-                raw.ranked, y, counts, raw.log_likelihood, raw.confidence
+                raw.ranked, y, counts, raw.log_likelihood, raw.confidence, groups
             )
-    write_per_class_table(layout, experiment, features, meta, test, adjusted.ranked)
+    write_per_class_table(layout, experiment, features, meta, test, adjusted.ranked, groups)
     write_metrics(layout.metrics_detail(experiment), metrics)
     write_metrics(layout.metrics(experiment), headline(null_non_finite(metrics)))
     return metrics
@@ -218,6 +224,7 @@ def write_per_class_table(
     meta: dict[str, Any],
     test: FeatureTable,
     ranked: np.ndarray,
+    groups: GroupThresholds,
 ) -> None:
     """``per_class.parquet`` and its binned plot file (module docstring)."""
     counts = np.asarray(meta["train_counts"])
@@ -229,11 +236,10 @@ def write_per_class_table(
     # p_l = 1/q_l, for multi-label data only (single-label tables have no propensity column)
     propensity = 1.0 / _inverse_propensity(labels, counts, meta) if multilabel else None
     k = ranked.shape[1]
-    frame = per_class_frame(
-        read_labels(features), per_label_results(ranked, truth, len(counts)), k, propensity
-    )
+    results = per_label_results(ranked, truth, len(counts))
+    frame = per_class_frame(read_labels(features), results, k, propensity, groups)
     key = data_key(counts, row_ids.numpy(), truth)
-    write_per_class(layout.per_class(experiment), frame, experiment, k, key, multilabel)
+    write_per_class(layout.per_class(experiment), frame, experiment, k, key, multilabel, groups)
     write_class_plot(
         layout.class_plot(experiment), frame, f"recall@{k}" if multilabel else "recall@1"
     )

@@ -29,13 +29,13 @@ import numpy as np
 import polars as pl
 
 from tailkit.errors import DataValidationError, TailkitError
-from tailkit.evaluation.metrics import GROUPS
 from tailkit.evaluation.per_class import (
     PLOT_BINS_PER_OCTAVE,
     aggregate,
     bin_edges,
     frequency_bin,
 )
+from tailkit.groups import DEFAULT_GROUPS, GROUPS, GroupThresholds
 from tailkit.label_table import read_label_table, read_table_metadata
 from tailkit.paths import Layout
 
@@ -61,6 +61,13 @@ class Side:
     source: Source
     frame: pl.DataFrame
     metadata: dict[str, str]
+
+    @property
+    def thresholds(self) -> GroupThresholds:
+        """The many/medium/few thresholds the table's ``group`` column was made with (the
+        defaults for a table written before they were recorded)."""
+        recorded = self.metadata.get("tailkit.groups")
+        return GroupThresholds(**json.loads(recorded)) if recorded else DEFAULT_GROUPS
 
 
 def parse_source(spec: str, known: list[str]) -> Source:
@@ -381,7 +388,7 @@ def draw(c: Comparison, out: Path) -> Path:
     """Mean per-class ``metric`` per quarter octave of the training count for both sides
     (top) and their difference (bottom), log x, the many/medium/few boundaries marked."""
     from tailkit.atomic import atomic_path
-    from tailkit.reporting.figures import FEW_BELOW, MANY_ABOVE, pyplot, save_figure
+    from tailkit.reporting.figures import pyplot, save_figure
 
     plt = pyplot()
     seen = c.curves.filter(pl.col("train_count") > 0)  # count 0 has no place on a log axis
@@ -398,7 +405,7 @@ def draw(c: Comparison, out: Path) -> Path:
     bottom.bar(x, change, width=x * 0.15, color=np.where(change >= 0, "tab:green", "tab:red"))
     bottom.axhline(0.0, color="grey", linewidth=0.8)
     for ax in (top, bottom):
-        for boundary in (FEW_BELOW, MANY_ABOVE):
+        for boundary in (c.a.thresholds.few_below, c.a.thresholds.many_above):
             ax.axvline(boundary, color="grey", linewidth=0.8, linestyle=":")
         ax.grid(alpha=0.3)
     top.set_xscale("log")

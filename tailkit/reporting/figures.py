@@ -13,14 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tailkit.evaluation.metrics import FEW_BELOW, GROUPS, MANY_ABOVE
 from tailkit.evaluation.per_class import PLOT_COLUMNS as CLASS_BIN_COLUMNS
+from tailkit.groups import DEFAULT_GROUPS, GROUPS, GroupThresholds
 
-GROUP_TITLES = {
-    "many": f"many (> {MANY_ABOVE})",
-    "medium": f"medium ({FEW_BELOW}–{MANY_ABOVE})",
-    "few": f"few (< {FEW_BELOW})",
-}
 CURVE_COLUMNS = ("step", "seconds", "loss", "val_accuracy", "val_balanced_accuracy")
 
 
@@ -99,7 +94,10 @@ def learning_curves_figure(
 
 
 def group_accuracy_figure(
-    groups: Mapping[str, Mapping[str, float | None]], out: Path, multilabel: bool = False
+    groups: Mapping[str, Mapping[str, float | None]],
+    out: Path,
+    multilabel: bool = False,
+    thresholds: GroupThresholds = DEFAULT_GROUPS,
 ) -> Path:
     """Grouped bars: test accuracy of each many/medium/few group (mean per-class accuracy;
     mean per-label recall@5 for multi-label rows), one bar per experiment; a group with no
@@ -113,7 +111,8 @@ def group_accuracy_figure(
         heights = [groups[name].get(g) for g in GROUPS]
         values = [np.nan if h is None else 100 * h for h in heights]
         ax.bar(x - 0.4 + (i + 0.5) * width, values, width, label=name, color=color)
-    ax.set_xticks(x, [GROUP_TITLES[g] for g in GROUPS])
+    ranges = thresholds.ranges()
+    ax.set_xticks(x, [f"{g} ({ranges[g]})" for g in GROUPS])
     ax.set_ylabel(AXES[multilabel]["groups"])
     ax.set_xlabel("classes by training rows")
     ax.grid(axis="y", alpha=0.3)
@@ -133,7 +132,10 @@ def read_class_bins(path: Path) -> dict[str, np.ndarray]:
 
 
 def class_accuracy_figure(
-    classes: Mapping[str, Mapping[str, np.ndarray]], out: Path, multilabel: bool = False
+    classes: Mapping[str, Mapping[str, np.ndarray]],
+    out: Path,
+    multilabel: bool = False,
+    thresholds: GroupThresholds = DEFAULT_GROUPS,
 ) -> Path:
     """Mean per-class test accuracy (recall@5 of a label for multi-label rows) within each
     quarter-octave bin of the training count (log x), one line per experiment, each point's
@@ -149,7 +151,7 @@ def class_accuracy_figure(
         ax.plot(x, y, label=name, color=color, linewidth=1.2)
         sizes = 4 + 60 * np.sqrt(bins["labels"][seen] / largest)
         ax.scatter(x, y, s=sizes, color=color, alpha=0.7, linewidths=0)
-    for boundary in (FEW_BELOW, MANY_ABOVE):
+    for boundary in (thresholds.few_below, thresholds.many_above):
         ax.axvline(boundary, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xscale("log")
     ax.set_xlabel("training rows of the class (log scale)")

@@ -10,7 +10,7 @@ from typing import Any
 
 from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
-from tailkit.evaluation.metrics import FEW_BELOW, MANY_ABOVE
+from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
 from tailkit.paths import Layout, require
 from tailkit.reporting import figures
 from tailkit.reporting.runs import Run
@@ -31,20 +31,34 @@ MULTILABEL_FIGURES = {
     "groups.png": "Per-label recall@5 per many/medium/few group",
     "per-class.png": "Per-label recall@5 against training rows",
 }
-LEGEND = (
-    "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
-    f"> {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; balanced "
-    "acc.: over all classes; ECE: expected calibration error of the loss's own probabilities "
-    "(15 bins; – for a loss without one). Best of each column in bold."
-)
 
-MULTILABEL_LEGEND = (
-    "Test metrics in %; P@k and PSP@k as the Extreme Classification Repository defines them "
-    "(PSP: propensity-scored, normalised by the best achievable ranking); macro R@5: per-label "
-    "recall of the top 5, averaged over labels; many/medium/few: the same over labels carried "
-    f"by > {MANY_ABOVE}, {FEW_BELOW}–{MANY_ABOVE} and < {FEW_BELOW} training rows; ECE: of the "
-    "top-1 label being one of the row's labels. Best of each column in bold."
-)
+
+def legend(multilabel: bool, thresholds: GroupThresholds = DEFAULT_GROUPS) -> str:
+    """The sentence under a comparison table, with the study's group thresholds."""
+    r = thresholds.ranges()
+    groups = f"{r['many']}, {r['medium']} and {r['few']} training rows"
+    if multilabel:
+        return (
+            "Test metrics in %; P@k and PSP@k as the Extreme Classification Repository defines "
+            "them (PSP: propensity-scored, normalised by the best achievable ranking); macro R@5: "
+            "per-label recall of the top 5, averaged over labels; many/medium/few: the same over "
+            f"labels carried by {groups}; ECE: of the top-1 label being one of the row's labels. "
+            "Best of each column in bold."
+        )
+    return (
+        "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
+        f"{groups}; balanced acc.: over all classes; ECE: expected calibration error of the "
+        "loss's own probabilities (15 bins; – for a loss without one). Best of each column in "
+        "bold."
+    )
+
+
+def thresholds_of(runs: list[Run]) -> GroupThresholds:
+    """The group thresholds the runs were evaluated with (``groups`` in their detail metrics;
+    the defaults where a run does not record them, as a DVC experiment's headline does not)."""
+    recorded = next((r.metrics["groups"] for r in runs if "groups" in r.metrics), None)
+    return GroupThresholds(**recorded) if recorded else DEFAULT_GROUPS
+
 
 DVC_PLOTS_NOTE = (
     "The same curves and bars, one line per experiment, in `dvc plots show` "
@@ -61,8 +75,8 @@ def group_studies(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 def study_markdown(title: str, runs: list[Run]) -> str:
-    legend = MULTILABEL_LEGEND if is_multilabel(runs) else LEGEND
-    parts = [f"## {title}\n", comparison_table(runs), legend + "\n"]
+    text = legend(is_multilabel(runs), thresholds_of(runs))
+    parts = [f"## {title}\n", comparison_table(runs), text + "\n"]
     differing = settings_tables(runs)
     if differing:
         parts += ["### Settings\n", differing]
@@ -107,14 +121,20 @@ def write_plot_data(runs: list[Run], layout: Layout) -> dict[str, Any]:
         lines += [f"{name}\t{g}\t{v:.6g}" for g, v in by_group.items() if v is not None]
     with atomic_path(layout.report_plots / "groups.tsv") as tmp:
         tmp.write_text("\n".join(lines) + "\n")
-    return {"curves": curves, "groups": groups, "classes": classes}
+    return {
+        "curves": curves,
+        "groups": groups,
+        "classes": classes,
+        "thresholds": thresholds_of(runs),
+    }
 
 
 def write_figures(data: dict[str, Any], layout: Layout, multilabel: bool = False) -> None:
+    with atomic_path(layout.figures / "learning-curves.png") as tmp:
+        figures.learning_curves_figure(data["curves"], tmp, multilabel=multilabel)
     for name, draw, key in (
-        ("learning-curves.png", figures.learning_curves_figure, "curves"),
         ("groups.png", figures.group_accuracy_figure, "groups"),
         ("per-class.png", figures.class_accuracy_figure, "classes"),
     ):
         with atomic_path(layout.figures / name) as tmp:
-            draw(data[key], tmp, multilabel=multilabel)
+            draw(data[key], tmp, multilabel=multilabel, thresholds=data["thresholds"])

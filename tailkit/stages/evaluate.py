@@ -106,12 +106,16 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
         return Scored(preds.topk.cpu().numpy(), ll, confidence_of(preds, loss))
 
     margins, intra = None, None
+    groups = params.evaluate.thresholds
     if single is not None:  # not multilabel
         labels = single.numpy()
-        margins, cdfs = margin_summary(adjusted.margins(single).cpu().numpy(), labels, counts)
+        margins, cdfs = margin_summary(
+            adjusted.margins(single).cpu().numpy(), labels, counts, groups
+        )
         picked = pick_rows(labels, params.evaluate.diameter_rows, seed=params.base.seed)
         z = embed(encoder, x_test[torch.from_numpy(picked)], device)
-        intra = diameter_summary(class_diameters(z, labels[picked], len(counts)), counts)
+        diameters = class_diameters(z, labels[picked], len(counts))
+        intra = diameter_summary(diameters, counts, groups)
         write_margin_cdfs(layout.eval_plots(experiment), cdfs)
     return write_results(
         layout,
@@ -125,6 +129,7 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
         info["plugins"],
         margins,
         intra,
+        groups,
     )
 
 
@@ -152,4 +157,5 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
         info["plugins"],
         None,
         None,
+        params.evaluate.thresholds,
     )
