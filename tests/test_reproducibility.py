@@ -61,15 +61,13 @@ packages = ["{name}"]
 
 import torch.nn.functional as F
 
-from tailkit import Loss, hookimpl
+from tailkit import FullBatch, Loss, hookimpl
 
 
 class PlainCE(Loss):
     """Softmax cross-entropy, from a third-party distribution."""
 
-    mode = "full"
-
-    def forward(self, batch):
+    def forward(self, batch: FullBatch):
         return F.cross_entropy(batch.logits, batch.labels)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tailkit.components import Loss, batch_modes
+from tailkit.components import FullBatch, Loss, batch_modes
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.experiment import batch_mode, build_objective
 from tailkit.params import Params, parse_params
@@ -115,9 +115,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(tmp_path):
 
 
 class _Exploding(Loss):
-    mode = "full"
-
-    def forward(self, batch):
+    def forward(self, batch: FullBatch) -> torch.Tensor:
         return batch.logits.sum() * float("nan")
 
 
