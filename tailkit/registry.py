@@ -146,9 +146,10 @@ def _traits(kind: str, name: str, factory: Callable[..., Any]) -> Mapping[str, A
     traits = declared_traits(kind, factory)
     if kind == "losses" and not traits["modes"]:
         kinds = " or ".join(t.__name__ for t in BATCH_TYPES.values())
+        legacy = "; the `mode` attribute is no longer read" if hasattr(factory, "mode") else ""
         raise TypeError(
             f"loss {name!r}: its forward(batch) must be annotated with the batch type it takes, "
-            f"{kinds} (or both as a union), imported from tailkit.components"
+            f"{kinds} (or both as a union), imported from tailkit.components{legacy}"
         )
     return MappingProxyType(traits)
 
