@@ -751,3 +751,24 @@ def test_write_legacy_is_read_back_exactly_by_parse_file(tmp_path: Path) -> None
     np.testing.assert_array_equal(parsed.feat_vals, features.data)
     np.testing.assert_array_equal(parsed.label_counts, np.diff(labels.indptr))
     np.testing.assert_array_equal(parsed.label_ids, labels.indices)
+
+
+def test_a_file_of_no_rows_decodes_to_empty_matrices(tmp_path: Path) -> None:
+    """A header of N = 0 gives every part of its kind empty (not None), so a copy whose test
+    file holds no row decodes to a (0, D) matrix and (0, L) labels, and the split is refused
+    later in one line rather than with a TypeError inside decode."""
+    for kind, text, parts in (
+        ("legacy", b"0 5 3\n", ("feat_counts", "feat_ids", "feat_vals", "label_ids")),
+        ("features", b"0 5", ("feat_counts", "feat_ids", "feat_vals")),
+        ("labels", b"0 3\n", ("label_counts", "label_ids")),
+    ):
+        parsed = parse_file(io.BytesIO(text), kind, "f.txt")
+        assert parsed.rows == 0
+        assert all(getattr(parsed, p).size == 0 for p in parts), kind
+    features = sp.csr_matrix(np.array([[0, 1.5, 0, 2, 0]], dtype=np.float32))
+    labels = sp.csr_matrix(np.array([[1, 0, 1]], dtype=np.float32))
+    xc_decode.write_legacy(tmp_path / "train.txt", features, labels)
+    (tmp_path / "test.txt").write_bytes(b"0 5 3\n")
+    decoded = xc_decode.decode(tmp_path)
+    assert decoded.num_train == 1
+    assert decoded.features.shape == (1, 5) and decoded.labels.shape == (1, 3)

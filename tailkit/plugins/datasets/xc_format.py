@@ -93,6 +93,14 @@ class Parsed:
     sha256: str = ""
 
 
+#: The CSR parts each kind of file gives.
+_PARTS: dict[str, tuple[str, ...]] = {
+    "legacy": ("feat_counts", "feat_ids", "feat_vals", "label_counts", "label_ids"),
+    "features": ("feat_counts", "feat_ids", "feat_vals"),
+    "labels": ("label_counts", "label_ids"),
+}
+
+
 class _Malformed(Exception):
     """The fast path could not parse a block; the slow path names the line."""
 
@@ -160,7 +168,16 @@ def parse_file(stream: IO[bytes], kind: Kind, where: str) -> Parsed:
         raise DataValidationError(
             f"{where}:1: the header says {limits['N']:,} rows but the file has {rows:,}"
         )
-    joined = {k: np.concatenate(v) if v else None for k, v in parts.items()}
+    # A file of no rows (N = 0) still has every part its kind gives, empty, so that decoding
+    # yields an empty matrix (and subsample's one-line "empty split" error), not None.
+    empty = {
+        "feat_counts": np.zeros(0, np.int64),
+        "feat_ids": np.zeros(0, np.int64),
+        "feat_vals": np.zeros(0, np.float32),
+        "label_counts": np.zeros(0, np.int64),
+        "label_ids": np.zeros(0, np.int64),
+    }
+    joined = {k: np.concatenate(parts[k]) if parts[k] else empty[k] for k in _PARTS[kind]}
     return Parsed(header=header, rows=rows, sha256=hasher.hexdigest(), **joined)
 
 
