@@ -170,7 +170,7 @@ def parse_file(stream: IO[bytes], kind: Kind, where: str) -> Parsed:
         )
     # A file of no rows (N = 0) still has every part its kind gives, empty, so that decoding
     # yields an empty matrix (and subsample's one-line "empty split" error), not None.
-    empty = {
+    empty: dict[str, np.ndarray] = {
         "feat_counts": np.zeros(0, np.int64),
         "feat_ids": np.zeros(0, np.int64),
         "feat_vals": np.zeros(0, np.float32),
