@@ -184,7 +184,10 @@ def describe_options(factory: Callable[..., Any]) -> list[dict[str, str]]:
         elif isinstance(p.default, str):
             default = p.default  # as YAML writes a plain string
         else:
-            default = json.dumps(p.default)  # null, true/false, numbers and lists as in YAML
+            try:  # null, true/false, numbers and lists as YAML writes them
+                default = json.dumps(p.default, allow_nan=False)
+            except (TypeError, ValueError):  # a default YAML cannot spell (an object, a NaN)
+                default = repr(p.default)
         constraint = constraints.get(name)
         rows.append(
             {

@@ -229,3 +229,20 @@ def test_a_register_hook_that_raises_names_the_plugin_and_withdraws_its_componen
     assert ("calling register_losses of plugin 'raising_plugin'" in err) == trace
     with pytest.raises(UnknownComponentError, match="failed to load: raising_plugin"):
         reg.get("losses", "half-registered", "k")
+
+
+class _OddDefault(Loss):
+    """A loss whose option defaults YAML cannot spell."""
+
+    def __init__(self, *, dtype: object = torch.float32, eps: float = float("nan")) -> None:
+        super().__init__()
+
+    def forward(self, batch: FullBatch) -> torch.Tensor:
+        return batch.logits.sum()
+
+
+def test_an_option_default_json_cannot_hold_still_registers():
+    """The info record shows such a default by its repr instead of failing the plugin."""
+    reg = make_registry(extra_plugins=[("odd", _plugin("odd", _OddDefault))])
+    options = {o.name: o.default for o in reg.get("losses", "odd", "k").options}
+    assert options == {"dtype": "torch.float32", "eps": "nan"}
