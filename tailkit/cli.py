@@ -17,10 +17,16 @@ import click
 
 from tailkit import progress
 from tailkit.catalog import load_catalog, records
-from tailkit.errors import TailkitError, did_you_mean
+from tailkit.errors import TailkitError
 from tailkit.params import Params, load_params
 from tailkit.paths import Layout
-from tailkit.registry import KINDS, SINGULAR, Registry, get_plugin_manager, get_registry
+from tailkit.registry import (
+    KINDS,
+    Registry,
+    get_plugin_manager,
+    get_registry,
+    unknown_component,
+)
 
 params_option = click.option(
     "--params",
@@ -336,13 +342,10 @@ def options(kind: str, name: str) -> None:
     """Print the options component NAME of KIND takes in params.yaml: type, default, range."""
     found = records(_guard(load_catalog), kind)
     if name not in found:
-        available = ", ".join(sorted({r["name"] for r in found.values()})) or "(none installed)"
-        click.echo(
-            f"Error: tailkit options {kind}: unknown {SINGULAR[kind]} {name!r}"
-            f"{did_you_mean(name, found)}; available: {available}",
-            err=True,
-        )
-        sys.exit(2)
+        primary = sorted({r["name"] for r in found.values()})
+        error = unknown_component(kind, name, found, primary, f"tailkit options {kind}")
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(error.exit_code)
     record = found[name]
     click.echo(f"{record['name']}: {record['description']}  [{record['plugin']}]")
     if modes := record["traits"].get("modes"):

@@ -110,6 +110,24 @@ class PluginRecord:
     registered: dict[str, list[str]] = field(default_factory=dict)
 
 
+def unknown_component(
+    kind: str,
+    name: Any,
+    known: Iterable[str],
+    primary: Sequence[str],
+    key: str,
+    failed: Sequence[str] = (),
+) -> UnknownComponentError:
+    """The one-line error for a name no component of ``kind`` has: the closest of ``known``
+    (names and aliases), the ``primary`` names available, and the plugins that failed."""
+    available = ", ".join(primary) or "(none installed)"
+    hint = f"; plugins that failed to load: {', '.join(failed)}" if failed else ""
+    return UnknownComponentError(
+        f"{key}: unknown {SINGULAR[kind]} {name!r}{did_you_mean(name, known)}; "
+        f"available: {available}{hint}"
+    )
+
+
 def _first_doc_line(obj: Any) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
@@ -229,13 +247,8 @@ class Registry:
         """Look a component up by name; ``key`` is the params path used in the error."""
         table = self._components[kind]
         if not isinstance(name, str) or name not in table:
-            available = ", ".join(self.names(kind)) or "(none installed)"
             failed = [r.name for r in self.plugins.values() if r.error]
-            hint = f"; plugins that failed to load: {', '.join(failed)}" if failed else ""
-            raise UnknownComponentError(
-                f"{key}: unknown {SINGULAR[kind]} {name!r}{did_you_mean(name, table)}; "
-                f"available: {available}{hint}"
-            )
+            raise unknown_component(kind, name, table, self.names(kind), key, failed)
         return table[name]
 
     def build(self, kind: str, spec: Any, key: str, *runtime: Any) -> Any:
