@@ -78,7 +78,8 @@ class Component:
     version: str
     aliases: tuple[str, ...] = ()
     options: tuple[OptionInfo, ...] = ()
-    traits: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # a read-only mapping is unhashable: left out of the hash so a record stays hashable
+    traits: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
     @property
     def modes(self) -> tuple[str, ...]:

@@ -86,6 +86,7 @@ def test_info_record_holds_modes_options_and_traits():
     assert reg.get("models", "napkinxc-plt", "k").traits["learner"] is True
     with pytest.raises(TypeError):
         focal.traits["modes"] = ["sampled"]  # read-only
+    assert hash(focal) == hash(reg.get("losses", "focal", "k"))  # usable in sets and caches
     info = focal.info()
     assert info["kind"] == "loss" and info["options"][0]["name"] == "gamma"
 
