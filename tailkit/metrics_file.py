@@ -33,6 +33,7 @@ HEADLINE: dict[str, tuple[str, ...]] = {
         "ece",
         *(f"{m}@{k}" for m in ("P", "PSP") for k in (1, 3, 5)),
         "macro_recall@5",
+        "macro_f1_tuned",
     ),
     "uncorrected": ("accuracy", "balanced_accuracy", "P@1", "PSP@1"),
 }

@@ -95,8 +95,11 @@ class EvaluateParams:
     diameter_rows: int = 256
     # Many/medium/few by training rows: {many_above: 100, few_below: 20} (tailkit.groups).
     groups: dict[str, int] = field(default_factory=DEFAULT_GROUPS.as_dict)
+    # A ranked label is predicted when its probability is at least this (Micro/Macro-F1).
+    threshold: float = 0.5
 
     constraints: ClassVar = {
+        "threshold": Interval(0, 1),
         "batch_size": Interval(1, None),
         "label_chunk": Interval(1, None),
         "top_k": Interval(5, None),  # top5_accuracy needs at least 5

@@ -304,6 +304,26 @@ def test_train_and_evaluate_report_the_xc_metrics_of_the_trained_scores(prepared
     present = support > 0
     assert plain["macro_recall@5"] == pytest.approx((found[present] / support[present]).mean())
     assert "accuracy" not in metrics["test"] and "margins" not in metrics
+    if "uncorrected" not in metrics:  # F1 of the top 5 with p ≥ 0.5, from the definitions
+        probability = {  # each loss's own probability map (Loss.confidence)
+            "zlpr": 1 / (1 + np.exp(-2 * scores)),
+            "bce": 1 / (1 + np.exp(-scores)),
+        }.get(experiment, np.exp(scores - np.logaddexp.reduce(scores, axis=1, keepdims=True)))
+        picked = [{j for j in r if probability[i, j] >= 0.5} for i, r in enumerate(top5)]
+        pairs = list(zip(picked, truth, strict=True))
+        tp = np.array([sum(j in p and j in t for p, t in pairs) for j in range(12)])
+        fp = np.array([sum(j in p and j not in t for p, t in pairs) for j in range(12)])
+        fn = np.array([sum(j in t and j not in p for p, t in pairs) for j in range(12)])
+        used = (tp + fp + fn) > 0
+        f1 = metrics["test"]
+        assert metrics["f1_thresholds"]["threshold"] == 0.5
+        assert metrics["f1_thresholds"]["predicted"] == "top-5"
+        micro = 2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum())
+        assert f1["micro_f1"] == pytest.approx(micro)
+        assert f1["macro_f1"] == pytest.approx((2 * tp / (2 * tp + fp + fn))[used].mean())
+        assert {"micro_f1_tuned", "macro_f1_tuned"} <= set(f1)
+        hits = [len(set(r) & t) / max(min(5, len(t)), 1) for r, t in zip(top5, truth, strict=True)]
+        assert metrics["ranking"]["RP@5"] == pytest.approx(np.mean(hits))
     # The per-label table holds the same recall@5, and the propensities of the XC model.
     table = read_label_table(layout.per_class(experiment), "per-class", "evaluate")
     recall = table["recall@5"].to_numpy()

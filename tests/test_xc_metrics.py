@@ -28,6 +28,8 @@ EXPECTED = {  # §2.3, k = 1, 2, 3
     "P": [0.5, 0.5, 0.4167],
     "nDCG": [0.5, 0.5610, 0.6377],
     "R": [0.25, 0.625, 0.75],
+    # R-precision, by hand: hits in the top k over min(k, |y|), a label-less row 0
+    "RP": [0.5, 0.625, 0.75],
     "PSP": [0.5096, 0.8035, 1.0],
     "PSnDCG": [0.5096, 0.7084, 0.8045],
     "coverage": [0.4, 0.8, 1.0],

@@ -9,7 +9,8 @@ such class is reported as null. Balanced accuracy is the mean per-class recall o
 classes present (scikit-learn's ``balanced_accuracy_score``).
 
 The ranking metrics (:func:`ranking_metrics`: P@k, nDCG@k, PSP@k, PSnDCG@k, R@k, coverage@k)
-follow pyxclib's definitions (datasets-metrics.md §2): every test row counts, a row without true
+follow pyxclib's definitions (datasets-metrics.md §2), and RP@k LibMultiLabel's (R-precision:
+the hits in the top k over min(k, |y|)): every test row counts, a row without true
 labels contributes 0, PSP and PSnDCG are ratios of dataset averages against the best ranking by
 inverse propensity, and rankings break score ties by the lower label id (:func:`topk_labels`),
 as PECOS and the Matlab scripts do. They serve single-label rows (one true label) and
@@ -181,6 +182,22 @@ def label_recall(ranked: np.ndarray, true_labels, num_labels: int) -> tuple[np.n
         return hits / support, support
 
 
+def ranked_hits(ranked: np.ndarray, true_labels, num_labels: int) -> np.ndarray:
+    """(N, K) booleans: whether each ranked label is one of its row's true labels (-1 padding
+    never is). ``true_labels`` as in :func:`ranking_metrics`."""
+    ranked = np.asarray(ranked, dtype=np.int64)
+    n = ranked.shape[0]
+    indptr, indices = _csr_truth(true_labels, n)
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    # Membership of (row, label) pairs through one sorted key array: no N × L matrix.
+    true_keys = np.sort(rows * num_labels + indices)
+    if not len(true_keys):
+        return np.zeros(ranked.shape, dtype=bool)
+    keys = np.arange(n)[:, None] * num_labels + ranked
+    pos = np.searchsorted(true_keys, keys).clip(max=len(true_keys) - 1)
+    return (ranked >= 0) & (true_keys[pos] == keys)
+
+
 def ranking_metrics(
     ranked: np.ndarray,
     true_labels,
@@ -188,7 +205,8 @@ def ranking_metrics(
     ks: tuple[int, ...] = (1, 3, 5),
     inv_propensity: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """P@k, nDCG@k, R@k, coverage@k and, given ``inv_propensity`` q (L,), PSP@k and PSnDCG@k.
+    """P@k, nDCG@k, R@k, RP@k, coverage@k and, given ``inv_propensity`` q (L,), PSP@k and
+    PSnDCG@k.
 
     ``ranked`` (N, K) holds each row's predicted label ids best first (−1 pads a row with fewer
     than K predictions; padding is a miss). ``true_labels`` is a list of N id lists, or a CSR
@@ -201,17 +219,10 @@ def ranking_metrics(
     indptr, indices = _csr_truth(true_labels, n)
     sizes = np.diff(indptr)
     rows = np.repeat(np.arange(n), sizes)
-    # Membership of (row, label) pairs through one sorted key array: no N × L matrix.
-    true_keys = np.sort(rows * num_labels + indices)
-    keys = np.arange(n)[:, None] * num_labels + ranked
-    if len(true_keys):
-        pos = np.searchsorted(true_keys, keys).clip(max=len(true_keys) - 1)
-        hits = (ranked >= 0) & (true_keys[pos] == keys)
-    else:
-        hits = np.zeros(ranked.shape, dtype=bool)
+    hits = ranked_hits(ranked, (indptr, indices), num_labels)
     discount = 1.0 / np.log2(np.arange(2, width + 2))
     ideal = np.cumsum(discount)  # ideal[j] = Σ_{i ≤ j} 1/log2(i + 2)
-    true_sets = set(true_keys % num_labels) if num_labels else set()
+    true_sets = set(indices.tolist())
     out: dict[str, float] = {}
     if inv_propensity is not None:
         q = np.asarray(inv_propensity, dtype=np.float64)
@@ -230,6 +241,8 @@ def ranking_metrics(
         out[f"P@{k}"] = float(found.mean() / k)
         out[f"nDCG@{k}"] = float((dcg / norm).mean())
         out[f"R@{k}"] = float((found / np.maximum(sizes, 1)).mean())
+        # R-precision (LibMultiLabel's RP@k): a row with fewer than k labels can reach 1
+        out[f"RP@{k}"] = float((found / np.maximum(np.minimum(sizes, k), 1)).mean())
         covered = {int(v) for v in ranked[:, :k][hits[:, :k]]}
         out[f"coverage@{k}"] = len(covered) / len(true_sets) if true_sets else 0.0
         if inv_propensity is not None:

@@ -17,7 +17,11 @@ every label in ``data/evaluation/<experiment>/per_class.parquet``
 (:mod:`tailkit.evaluation.per_class`; aggregated per frequency bin for ``dvc plots`` in
 ``plots/classes/<experiment>.tsv``). Under ``ranking``,
 the Extreme Classification Repository's metrics of the top-5 ranking (P@k, nDCG@k, PSP@k,
-PSnDCG@k, R@k, coverage@k for k = 1, 3, 5; for single-label rows P@1 = R@1 = accuracy).
+PSnDCG@k, R@k, RP@k, coverage@k for k = 1, 3, 5; for single-label rows P@1 = R@1 =
+accuracy). In ``test`` too, for models that give probabilities, Micro- and Macro-F1 of the
+predictions whose probability clears ``evaluate.threshold``, and each at the threshold best on
+the validation split (``*_f1_tuned``; the thresholds in ``f1_thresholds``,
+:mod:`tailkit.evaluation.thresholds`).
 
 Multi-label test rows (the XC datasets) have no single true label, so there is no accuracy,
 log-likelihood, margin or class diameter; ``test`` holds instead P@k and PSP@k (k = 1, 3, 5),
@@ -58,6 +62,7 @@ from tailkit.evaluation.per_class import (
     write_per_class,
 )
 from tailkit.evaluation.predict import Predictions
+from tailkit.evaluation.thresholds import Thresholded, f1_block
 from tailkit.groups import GroupThresholds
 from tailkit.labels import LabelSets
 from tailkit.metrics_file import headline, null_non_finite, write_metrics
@@ -67,13 +72,18 @@ from tailkit.splits import read_labels
 
 @dataclass
 class Scored:
-    """What evaluation computes from, for one set of scores (adjusted or raw): each test row's
+    """What evaluation computes from, for one set of scores (adjusted or raw): each row's
     top-k ranking (N, k), the log-likelihood of its true label and the model's probability of
-    its top label (None where the model gives none)."""
+    each ranked label (N, k) (None where the model gives none)."""
 
     ranked: np.ndarray
     log_likelihood: np.ndarray | None
-    confidence: np.ndarray | None
+    probabilities: np.ndarray | None
+
+    @property
+    def confidence(self) -> np.ndarray | None:
+        """The probability of each row's top label, for ECE."""
+        return None if self.probabilities is None else self.probabilities[:, 0]
 
 
 def _metrics(
@@ -91,10 +101,43 @@ def _metrics(
     return out
 
 
-def confidence_of(preds: Predictions, loss: Loss) -> np.ndarray | None:
-    """The loss's calibrated probability of each row's top label (None: it has none)."""
-    confidence = loss.confidence(preds.top_scores[:, 0], preds.log_partition)
-    return None if confidence is None else confidence.double().cpu().numpy()
+def probabilities_of(preds: Predictions, loss: Loss) -> np.ndarray | None:
+    """The loss's calibrated probability of each row's ranked labels (N, k) (None: it has
+    none), a column at a time as ``Loss.confidence`` takes them."""
+    columns = [
+        loss.confidence(preds.top_scores[:, j], preds.log_partition)
+        for j in range(preds.top_scores.shape[1])
+    ]
+    if any(c is None for c in columns):
+        return None
+    return torch.stack(columns, dim=1).double().cpu().numpy()
+
+
+def f1_of(
+    test: Scored,
+    test_labels: np.ndarray | LabelSets,
+    val: Scored | None,
+    val_labels: np.ndarray | LabelSets | None,
+    num_labels: int,
+    threshold: float,
+) -> tuple[dict[str, float], dict[str, Any]] | None:
+    """The test block's F1 entries and their thresholds (:func:`f1_block`): thresholding the
+    top label of single-label rows, the whole top k of multi-label ones; None without
+    probabilities."""
+    if test.probabilities is None:
+        return None
+    width = test.ranked.shape[1] if isinstance(test_labels, LabelSets) else 1
+
+    def split(scored: Scored, labels: np.ndarray | LabelSets) -> Thresholded:
+        assert scored.probabilities is not None
+        return Thresholded.of(
+            scored.ranked[:, :width], scored.probabilities[:, :width], _truth(labels), num_labels
+        )
+
+    tuned = None
+    if val is not None and val.probabilities is not None and val_labels is not None:
+        tuned = split(val, val_labels)
+    return f1_block(split(test, test_labels), tuned, threshold)
 
 
 def _truth(labels: np.ndarray | LabelSets) -> tuple[np.ndarray, np.ndarray]:
@@ -171,9 +214,11 @@ def write_results(
     margins: dict[str, Any] | None,
     intra: dict[str, Any] | None,
     groups: GroupThresholds,
+    f1: tuple[dict[str, float], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``metrics/<experiment>.json`` and the per-class table, for either kind of model and
-    either kind of label; ``groups`` split many/medium/few and are recorded beside them."""
+    either kind of label; ``groups`` split many/medium/few and are recorded beside them, and
+    ``f1`` (:func:`f1_of`) joins the test block, its thresholds as ``f1_thresholds``."""
     counts = np.asarray(meta["train_counts"])
     labels = test.labels
     if isinstance(labels, LabelSets):
@@ -211,6 +256,9 @@ def write_results(
             metrics["uncorrected"] = _metrics(
                 raw.ranked, y, counts, raw.log_likelihood, raw.confidence, groups
             )
+    if f1 is not None:
+        metrics["test"].update(f1[0])
+        metrics["f1_thresholds"] = f1[1]
     write_per_class_table(layout, experiment, features, meta, test, adjusted.ranked, groups)
     write_metrics(layout.metrics_detail(experiment), metrics)
     write_metrics(layout.metrics(experiment), headline(null_non_finite(metrics)))

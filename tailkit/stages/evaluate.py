@@ -28,7 +28,13 @@ from tailkit.evaluation.metrics import (
     margin_summary,
 )
 from tailkit.evaluation.predict import Predictions, predict
-from tailkit.evaluation.results import Scored, confidence_of, write_margin_cdfs, write_results
+from tailkit.evaluation.results import (
+    Scored,
+    f1_of,
+    probabilities_of,
+    write_margin_cdfs,
+    write_results,
+)
 from tailkit.experiment import build_model, build_objective, feature_dir, trains_itself
 from tailkit.labels import LabelSets
 from tailkit.params import Params
@@ -103,7 +109,30 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
 
     def scored(preds: Predictions) -> Scored:
         ll = None if multilabel else preds.log_likelihood.cpu().numpy()
-        return Scored(preds.topk.cpu().numpy(), ll, confidence_of(preds, loss))
+        return Scored(preds.topk.cpu().numpy(), ll, probabilities_of(preds, loss))
+
+    k = _top_k(params, meta["num_classes"])
+    tested = scored(adjusted)
+    val = read_features(features / "val.parquet")
+    assert val.x is not None and val.labels is not None
+    val_scored = None
+    if tested.probabilities is not None:  # the F1 threshold is tuned on validation
+        val_preds, _ = predict(
+            encoder,
+            layer,
+            loss,
+            ctx,
+            val.x,
+            None,
+            k=k,
+            batch_size=params.evaluate.batch_size,
+            label_chunk=params.evaluate.label_chunk,
+            unadjusted=False,
+        )
+        val_scored = Scored(val_preds.topk.cpu().numpy(), None, probabilities_of(val_preds, loss))
+    f1 = f1_of(
+        tested, y_test, val_scored, val.labels, meta["num_classes"], params.evaluate.threshold
+    )
 
     margins, intra = None, None
     groups = params.evaluate.thresholds
@@ -123,13 +152,14 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
         features,
         meta,
         test,
-        scored(adjusted),
+        tested,
         None if raw is None else scored(raw),
         {"steps": info["steps"]},
         info["plugins"],
         margins,
         intra,
         groups,
+        f1,
     )
 
 
@@ -140,9 +170,28 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
     meta = read_meta(features)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     info = load_learner(layout.model(experiment), f"train@{experiment}", model)
+    k = _top_k(params, meta["num_classes"])
+
+    def scored(x) -> Scored:
+        ranked, scores = model.predict_topk(x, k)
+        probabilities = scores.astype(np.float64) if model.scores_are_probabilities else None
+        return Scored(ranked, None, probabilities)
+
     test = read_features(features / "test.parquet")
-    ranked, scores = model.predict_topk(test.x, _top_k(params, meta["num_classes"]))
-    confidence = scores[:, 0].astype(np.float64) if model.scores_are_probabilities else None
+    tested = scored(test.x)
+    assert test.labels is not None
+    f1 = None
+    if tested.probabilities is not None:  # the F1 threshold is tuned on validation
+        val = read_features(features / "val.parquet")
+        assert val.labels is not None
+        f1 = f1_of(
+            tested,
+            test.labels,
+            scored(val.x),
+            val.labels,
+            meta["num_classes"],
+            params.evaluate.threshold,
+        )
     if not isinstance(test.labels, LabelSets):
         write_margin_cdfs(layout.eval_plots(experiment), {})
     return write_results(
@@ -151,11 +200,12 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
         features,
         meta,
         test,
-        Scored(ranked, None, confidence),
+        tested,
         None,
         {"steps": None, "deterministic": info["deterministic"]},
         info["plugins"],
         None,
         None,
         params.evaluate.thresholds,
+        f1,
     )
