@@ -17,7 +17,7 @@ import click
 
 from tailkit import progress
 from tailkit.catalog import load_catalog, records
-from tailkit.errors import TailkitError
+from tailkit.errors import InvalidParameterError, TailkitError
 from tailkit.params import Params, load_params
 from tailkit.paths import Layout
 from tailkit.registry import (
@@ -310,6 +310,64 @@ def compare(
         click.echo(text, nl=False)
     if figure is not None:
         click.echo(f"compare: figure {figure}", err=True)
+
+
+@cli.command()
+@params_option
+@click.option("--experiment", required=True, help="Key of params.experiments to predict with.")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Parquet or CSV of raw inputs (GeoNames: latitude, longitude; an optional id column).",
+)
+@click.option("--split", help="Predict one of the pipeline's splits instead: train, val or test.")
+@click.option("--top-k", "k", default=5, show_default=True, type=int, help="Labels per row.")
+@click.option(
+    "--threshold", type=float, help="Keep only labels whose probability is at least this."
+)
+@click.option(
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write here (.parquet or .jsonl); JSON lines on stdout when left out.",
+)
+def predict(
+    params_path: Path,
+    experiment: str,
+    input_path: Path | None,
+    split: str | None,
+    k: int,
+    threshold: float | None,
+    out: Path | None,
+) -> None:
+    """Top-k labels of a trained experiment, with its loss's calibrated probabilities, for new
+    rows (--input) or a split of the pipeline (--split). Run `dvc repro` first."""
+
+    def run() -> str | None:
+        from tailkit import predicting
+
+        fmt = "jsonl"
+        if out is not None:
+            fmt = out.suffix.lower().lstrip(".")
+            if fmt not in predicting.FORMATS:
+                raise InvalidParameterError(f"--output: {out}: expected a .parquet or .jsonl file")
+        params, layout, registry = _context(params_path)
+        table = predicting.run(
+            params,
+            layout,
+            registry,
+            experiment,
+            input_path=input_path,
+            split=split,
+            k=k,
+            threshold=threshold,
+        )
+        return predicting.write_records(table, out, fmt)
+
+    text = _guard(run)
+    if text is not None:
+        click.echo(text, nl=False)
 
 
 @cli.command()

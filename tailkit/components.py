@@ -74,6 +74,12 @@ class Dataset(Protocol):
     Optional attribute ``propensity``: (A, B) of Jain et al.'s propensity model for this
     dataset's PSP@k (the Extreme Classification Repository's per-dataset constants, e.g.
     (0.5, 0.4) for Wikipedia); (0.55, 1.5) when absent (:func:`dataset_propensity`).
+
+    Optional method ``decode_rows(table: pyarrow.Table)``: the inputs of new rows, as ``load``
+    makes them, from a table a user hands ``tailkit predict`` (GeoNames: latitude and
+    longitude in degrees). Without it, ``predict`` reads dense inputs from the table's numeric
+    columns and sparse ones from a ``features`` column of ``id:value`` tokens
+    (:mod:`tailkit.predicting`).
     """
 
     def fetch(self, dest: Path) -> None: ...

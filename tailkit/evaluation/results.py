@@ -108,16 +108,20 @@ def probabilities_of(preds: Predictions, loss: Loss) -> np.ndarray | None:
         loss.confidence(preds.top_scores[:, j], preds.log_partition)
         for j in range(preds.top_scores.shape[1])
     ]
-    if any(c is None for c in columns):
+    present = [c for c in columns if c is not None]
+    if len(present) < len(columns):
         return None
-    return torch.stack(columns, dim=1).double().cpu().numpy()
+    return torch.stack(present, dim=1).double().cpu().numpy()
+
+
+Labels = np.ndarray | torch.Tensor | LabelSets
 
 
 def f1_of(
     test: Scored,
-    test_labels: np.ndarray | LabelSets,
+    test_labels: Labels,
     val: Scored | None,
-    val_labels: np.ndarray | LabelSets | None,
+    val_labels: Labels | None,
     num_labels: int,
     threshold: float,
 ) -> tuple[dict[str, float], dict[str, Any]] | None:
@@ -128,8 +132,10 @@ def f1_of(
         return None
     width = test.ranked.shape[1] if isinstance(test_labels, LabelSets) else 1
 
-    def split(scored: Scored, labels: np.ndarray | LabelSets) -> Thresholded:
+    def split(scored: Scored, labels: Labels) -> Thresholded:
         assert scored.probabilities is not None
+        if isinstance(labels, torch.Tensor):  # single-label ids as the cache reads them
+            labels = labels.numpy()
         return Thresholded.of(
             scored.ranked[:, :width], scored.probabilities[:, :width], _truth(labels), num_labels
         )

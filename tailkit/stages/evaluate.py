@@ -19,14 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.artifacts import load_learner, load_model, load_sampler
 from tailkit.atomic import write_json
 from tailkit.cache import read_features
-from tailkit.components import PredictionContext
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
-from tailkit.evaluation.metrics import (
-    margin_summary,
-)
+from tailkit.evaluation.metrics import margin_summary
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.evaluation.results import (
     Scored,
@@ -35,16 +31,14 @@ from tailkit.evaluation.results import (
     write_margin_cdfs,
     write_results,
 )
-from tailkit.experiment import build_model, build_objective, feature_dir, trains_itself
+from tailkit.experiment import feature_dir, trains_itself
 from tailkit.labels import LabelSets
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.progress import notice
 from tailkit.registry import Registry
 from tailkit.runtime import resolve_device
-from tailkit.splits import read_meta
-from tailkit.training.loop import log_prior_from_counts
-from tailkit.training.output_layer import OutputLayer
+from tailkit.trained import restore, restore_learner
 
 
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
@@ -53,26 +47,6 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     seconds = round(time.perf_counter() - start, 3)
     write_json(layout.timing(f"evaluate/{experiment}"), {"seconds": seconds})
     return metrics
-
-
-def restore(params: Params, layout: Layout, registry: Registry, experiment: str, device):
-    """The trained experiment ready to predict: (encoder, output layer, loss, prediction
-    context, model info, feature meta), each on ``device``; benchmarks reuse it."""
-    loss, _ = build_objective(params, experiment, registry)
-    features = feature_dir(params, layout, experiment)
-    meta = read_meta(features)
-    state, info = load_model(layout.model(experiment), f"train@{experiment}", device)
-    encoder = build_model(params, experiment, registry, info["in_dim"])
-    encoder.load_state_dict(state["encoder"])
-    encoder, loss = encoder.to(device), loss.to(device)
-    counts = np.asarray(meta["train_counts"])
-    loss.setup(torch.as_tensor(counts, dtype=torch.float64, device=device))
-    loss.load_state_dict(state["loss"])
-    layer = OutputLayer.for_loss(loss, info["num_classes"], encoder.out_dim, device=device)
-    layer.load_state_dict(state["layer"])
-    sampler = load_sampler(registry, params, info["settings"]["sampler"], layout, device)
-    ctx = PredictionContext(log_prior=log_prior_from_counts(counts).to(device), sampler=sampler)
-    return encoder, layer, loss, ctx, info, meta
 
 
 def _top_k(params: Params, num_classes: int) -> int:
@@ -87,7 +61,9 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     if trains_itself(params, experiment, registry):
         return _evaluate_learner(params, layout, registry, experiment)
     device = resolve_device(params.base.device)
-    encoder, layer, loss, ctx, info, meta = restore(params, layout, registry, experiment, device)
+    trained = restore(params, layout, registry, experiment, device)
+    encoder, layer, loss, ctx = trained.encoder, trained.layer, trained.loss, trained.ctx
+    info, meta = trained.info, trained.meta
     counts = np.asarray(meta["train_counts"])
     features = feature_dir(params, layout, experiment)
     test = read_features(features / "test.parquet")
@@ -167,9 +143,7 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
     """Score a model that trains itself from its top-k alone: it has no score for labels
     outside them, so no log-likelihood, margin or embedding (those entries are None)."""
     features = feature_dir(params, layout, experiment)
-    meta = read_meta(features)
-    model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
-    info = load_learner(layout.model(experiment), f"train@{experiment}", model)
+    model, info, meta = restore_learner(params, layout, registry, experiment)
     k = _top_k(params, meta["num_classes"])
 
     def scored(x) -> Scored:

@@ -176,12 +176,33 @@ class GeoNames:
         names = ranked.column("name").combine_chunks()
         label_ids = pc.index_in(labels, value_set=names).to_numpy().astype(np.int64)
 
-        lat = np.radians(table.column("latitude").to_numpy())
-        lon = np.radians(table.column("longitude").to_numpy())
-        cos_lat = np.cos(lat)
-        inputs = np.stack([cos_lat * np.cos(lon), cos_lat * np.sin(lon), np.sin(lat)], axis=1)
-        return RawData(
-            inputs=np.ascontiguousarray(inputs, dtype=np.float32),
-            labels=label_ids,
-            label_names=names.to_pylist(),
-        )
+        inputs = _unit_sphere(table.column("latitude"), table.column("longitude"))
+        return RawData(inputs=inputs, labels=label_ids, label_names=names.to_pylist())
+
+    def decode_rows(self, table: pa.Table) -> np.ndarray:
+        """Inputs of new places for ``tailkit predict``, as ``load`` makes them, from the
+        ``latitude`` and ``longitude`` columns (degrees) of ``table``."""
+        missing = [c for c in ("latitude", "longitude") if c not in table.column_names]
+        if missing:
+            raise DataValidationError(
+                f"dataset 'geonames' reads places from latitude and longitude columns "
+                f"(degrees); the input has no {' or '.join(missing)} column"
+            )
+        lat, lon = (pc.cast(table.column(c), pa.float64()) for c in ("latitude", "longitude"))
+        for name, column, bound in (("latitude", lat, 90), ("longitude", lon, 180)):
+            values = column.to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(~(np.abs(values) <= bound))  # NaN and nulls too
+            if bad.size:
+                raise DataValidationError(
+                    f"row {int(bad[0])}: {name} {values[bad[0]]} is not in [-{bound}, {bound}]"
+                )
+        return _unit_sphere(lat, lon)
+
+
+def _unit_sphere(latitude: pa.ChunkedArray, longitude: pa.ChunkedArray) -> np.ndarray:
+    """(N, 3) float32 points on the unit sphere of latitudes and longitudes in degrees."""
+    lat = np.radians(latitude.to_numpy())
+    lon = np.radians(longitude.to_numpy())
+    cos_lat = np.cos(lat)
+    inputs = np.stack([cos_lat * np.cos(lon), cos_lat * np.sin(lon), np.sin(lat)], axis=1)
+    return np.ascontiguousarray(inputs, dtype=np.float32)
