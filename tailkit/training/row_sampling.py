@@ -1,5 +1,5 @@
 """Which training rows an epoch visits: the data samplers of Kang et al., "Decoupling
-Representation and Classifier for Long-Tailed Recognition" (ICLR 2020), §3.1.
+Representation and Classifier for Long-Tailed Recognition" (ICLR 2020), "Sampling strategies".
 
 Kang et al. draw a class j with probability p_j = n_j^q / Σ_i n_i^q (n_j: its training rows),
 then one of its rows uniformly:
@@ -8,7 +8,9 @@ then one of its rows uniformly:
 - ``class-balanced`` (q = 0): every class equally often, whatever its size;
 - ``square-root`` (q = 1/2): in between;
 - ``progressive``: p_j(t) = (1 − t/T)·p_j^IB + (t/T)·p_j^CB, sliding from instance-balanced at
-  the first epoch (t = 0) towards class-balanced as t nears T, the number of epochs.
+  the first epoch (t = 0) towards class-balanced as t nears T, the number of epochs. t counts
+  from 0, so the last epoch (t = T − 1) is still 1/T instance-balanced; T is the ``epochs``
+  setting, whether or not ``max_steps`` ends the run first.
 
 ``instance`` is a seeded ``randperm``: without replacement, so each row is seen once per epoch,
 and the very permutation tailkit drew before the other samplers existed, so models trained
@@ -22,7 +24,7 @@ a checkpoint mid-epoch rebuilds the interrupted epoch's rows without having save
 
 Multi-label rows are refused for all but ``instance``: a row holds several classes, so drawing
 a class and then "a row of it" does not give class j the share p_j (the row brings its other
-labels along; Wu et al., ECCV 2020, "Distribution-Balanced Loss", §3.1), and Kang et al. define
+labels along; Wu et al., ECCV 2020, "Distribution-Balanced Loss"), and Kang et al. define
 the samplers for one label per row only.
 """
 
