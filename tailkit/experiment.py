@@ -61,6 +61,12 @@ def check_components(params: Params, experiment: str, registry: Registry) -> Non
                 f"{key}.{given[0]}: model {model!r} trains itself with its own objective; "
                 f"remove {', '.join(given)} (and set sampler: {NO_SAMPLER})"
             )
+        rows, shown = _row_sampling(params, experiment)
+        if rows != "instance":  # the tool reads the training rows as they are
+            raise InvalidParameterError(
+                f"{key}.row_sampling: got {shown}, but model {model!r} trains itself "
+                "on every training row as it is; set row_sampling: instance"
+            )
         return
     for name in ("loss", "optimizer"):
         if getattr(exp, name) is None:
@@ -125,6 +131,29 @@ def check_labels(loss, params: Params, experiment: str, meta: dict, registry: Re
         f"{params.dataset['name']!r} is multi-label; losses for multi-label rows: "
         f"{', '.join(fits) or '(none installed)'}"
     )
+
+
+def check_row_sampling(params: Params, experiment: str, meta: dict) -> None:
+    """A one-line error when multi-label rows meet a row sampling other than ``instance``:
+    Kang et al.'s class-aware samplers draw a class, then a row of it, which gives each class
+    its intended share only when a row has one label (tailkit/training/row_sampling.py)."""
+    rows, shown = _row_sampling(params, experiment)
+    if meta.get("multilabel") and rows != "instance":
+        raise InvalidParameterError(
+            f"experiments.{experiment}.row_sampling: got {shown}, but dataset "
+            f"{params.dataset['name']!r} is multi-label and the class-aware samplers need one "
+            "label per row; set row_sampling: instance"
+        )
+
+
+def _row_sampling(params: Params, experiment: str) -> tuple[str, str]:
+    """The experiment's row sampling, and that value as an error message shows it: quoted, and
+    marked when it comes from the ``train:`` default (setting it on the experiment is the fix)."""
+    rows = params.resolved(experiment)["row_sampling"]
+    shown = repr(rows)
+    if params.experiment(experiment).row_sampling is None:
+        shown += " (from train.row_sampling)"
+    return rows, shown
 
 
 def build_model(

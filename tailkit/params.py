@@ -23,6 +23,9 @@ from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
 from tailkit.validation import SEED, Interval, Options, validate_options
 
 NO_SAMPLER = "none"
+# Which rows each epoch visits (tailkit/training/row_sampling.py): Kang et al.'s (ICLR 2020)
+# instance-balanced, class-balanced, square-root and progressively-balanced samplers.
+RowSampling = Literal["instance", "class-balanced", "square-root", "progressive"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -73,6 +76,7 @@ class TrainParams:
     checkpoint_every: int | Literal["auto"] = "auto"
     checkpoint_budget: float = 0.05
     max_steps: int | None = None  # *
+    row_sampling: RowSampling = "instance"  # *
 
     constraints: ClassVar = {
         "epochs": Interval(0, None, closed="neither"),
@@ -134,6 +138,7 @@ class ExperimentParams:
     epochs: float | None = None
     batch_size: int | None = None
     max_steps: int | None = None
+    row_sampling: RowSampling | None = None
 
     constraints: ClassVar = {
         "negatives": Interval(0, None),
@@ -170,7 +175,7 @@ class Params:
         """An experiment's settings with the train defaults filled in."""
         exp = self.experiment(name)
         out = dataclasses.asdict(exp)
-        for key in ("epochs", "batch_size", "max_steps"):
+        for key in ("epochs", "batch_size", "max_steps", "row_sampling"):
             if out[key] is None:
                 out[key] = getattr(self.train, key)
         return out

@@ -143,13 +143,15 @@ def test_the_largest_accepted_seed_works_where_seeds_are_used():
     import numpy as np
     import torch
 
-    from tailkit.training.loop import _epoch_order
+    from tailkit.training.row_sampling import RowSampler
 
     seed = 2**32 - 1
     assert parse_params(_with("base.seed", seed)).base.seed == seed
     np.random.RandomState(seed)  # scikit-learn's random_state
     torch.Generator().manual_seed(seed + 2)  # the loop's augmentation stream
-    assert len(_epoch_order(10, seed, 3)) == 10
+    labels = torch.arange(10) % 3
+    for mode in ("instance", "class-balanced"):  # each epoch's row order
+        assert len(RowSampler(mode, labels, 3, 4).epoch_rows(seed, 3)) == 10
 
 
 def test_the_default_experiments_spell_out_the_knobs_people_change():

@@ -30,6 +30,7 @@ from tailkit.experiment import (
     build_model,
     build_objective,
     check_labels,
+    check_row_sampling,
     check_support,
     feature_dir,
     provenance,
@@ -64,6 +65,7 @@ def run(
     features = feature_dir(params, layout, experiment)
     meta = read_meta(features)
     check_labels(loss, params, experiment, meta, registry)
+    check_row_sampling(params, experiment, meta)
     encoder = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     train_set = read_features(features / "train.parquet")
     val_set = read_features(features / "val.parquet")
@@ -96,6 +98,7 @@ def run(
             settings["batch_size"], meta["num_classes"], encoder.out_dim, sampled_labels
         ),
         seed=seed,
+        row_sampling=settings["row_sampling"],
     )
     schedule = plan_validation(
         eval_every=params.train.eval_every,

@@ -2,8 +2,9 @@
 
     tailkit train --experiment <name>      # or: dvc repro train@<name>
 
-Batches come from tensors already in memory (a seeded ``randperm`` per epoch and
-``index_select``), never from a per-item DataLoader. An encoder with a ``train_transform(x,
+Batches come from tensors already in memory (each epoch's row order and ``index_select``),
+never from a per-item DataLoader. The order is a seeded ``randperm`` unless the experiment sets
+``row_sampling`` to one of Kang et al.'s class-aware samplers (training/row_sampling.py). An encoder with a ``train_transform(x,
 generator)`` method (the ResNet's crop-and-flip augmentation) gets each training batch on the
 device first, drawing from the loop's own seeded generator, which is checkpointed with the rest
 of the state; validation batches are never transformed. Each step either scores all C labels (a
@@ -40,6 +41,7 @@ from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.optim import RowSparseOptimizer
 from tailkit.training.output_layer import OutputLayer, Rows
+from tailkit.training.row_sampling import RowSampler
 
 CURVE_COLUMNS = ("step", "seconds", "loss", "val_accuracy", "val_balanced_accuracy")
 
@@ -58,6 +60,9 @@ class LoopConfig:
     checkpoint_budget: float = 0.05
     step_work: float = 1.0
     seed: int = 0
+    #: which rows an epoch visits (training/row_sampling.py): "instance" is a seeded
+    #: permutation; "class-balanced", "square-root" and "progressive" are Kang et al.'s samplers
+    row_sampling: str = "instance"
 
     def total_steps(self, rows: int) -> int:
         """Steps of a run over ``rows`` training rows: ⌈epochs × batches per epoch⌉, capped."""
@@ -71,13 +76,6 @@ class TrainResult:
     seconds: float
     curve: list[dict[str, float]] = field(default_factory=list)
     checkpoint_every: int = 0
-
-
-def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    # One generator per epoch makes the order a function of (seed, epoch): a resumed run
-    # rebuilds the interrupted epoch's order without having saved it.
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=g)
 
 
 def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[float, float]:
@@ -251,13 +249,16 @@ def train(
                 }
             )
 
+    # Each epoch's rows are a function of (seed, epoch): a resumed run rebuilds the
+    # interrupted epoch's order without having saved it.
+    rows_of = RowSampler(cfg.row_sampling, y_train, layer.num_classes, cfg.epochs)
     order = None
     tick = time.perf_counter()
     shown = _Shown(tick)
     while step < total:
         epoch, position = divmod(step, steps_per_epoch)
         if position == 0 or order is None:
-            order = _epoch_order(n, cfg.seed, epoch)
+            order = rows_of.epoch_rows(cfg.seed, epoch)
         idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
         x = x_train.index_select(0, idx).to(device, non_blocking=True)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
