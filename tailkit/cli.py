@@ -187,19 +187,32 @@ def train(params_path: Path, experiment: str, quiet: bool) -> None:
     """Train one experiment."""
     from tailkit.stages import train as stage
 
+    _train(stage.run, params_path, experiment, quiet, "train")
+
+
+@cli.command("train-decoupled")
+@params_option
+@click.option("--experiment", required=True, help="Key of params.decoupled to train.")
+@quiet_option
+def train_decoupled(params_path: Path, experiment: str, quiet: bool) -> None:
+    """Train the second stage of a decoupled run (cRT, tau-norm, LWS) on its first stage."""
+    from tailkit.stages import train_decoupled as stage
+
+    _train(stage.run, params_path, experiment, quiet, "train-decoupled")
+
+
+def _train(run: Callable[..., Any], params_path: Path, experiment: str, quiet: bool, name: str):
     progress.configure(quiet)
     bar, update = _train_bar(experiment)
     try:
-        summary = _guard(
-            lambda: stage.run(*_context(params_path, quiet), experiment, progress=update)
-        )
+        summary = _guard(lambda: run(*_context(params_path, quiet), experiment, progress=update))
     finally:
         if bar is not None:
             bar.close()
     done = "fitted" if summary["steps"] is None else f"{summary['steps']} steps"
     _say(
         quiet,
-        f"train@{experiment}: {done} in {summary['seconds']:.1f} s "
+        f"{name}@{experiment}: {done} in {summary['seconds']:.1f} s "
         f"({summary['examples_per_second']:,} examples/s on {summary['device']})",
     )
 

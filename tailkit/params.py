@@ -26,6 +26,9 @@ NO_SAMPLER = "none"
 # Which rows each epoch visits (tailkit/training/row_sampling.py): Kang et al.'s (ICLR 2020)
 # instance-balanced, class-balanced, square-root and progressively-balanced samplers.
 RowSampling = Literal["instance", "class-balanced", "square-root", "progressive"]
+# What a second stage does to the classifier of its first (Kang et al., ICLR 2020; see
+# tailkit/training/decoupled.py): re-train it, normalise its rows, or learn a scale per class.
+Classifier = Literal["crt", "tau-norm", "lws"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -139,12 +142,48 @@ class ExperimentParams:
     batch_size: int | None = None
     max_steps: int | None = None
     row_sampling: RowSampling | None = None
+    # Set for the second stage of a decoupled run only (params.decoupled, DecoupledParams):
+    # {"init_from": <experiment>, "classifier": "crt" | "tau-norm" | "lws", "tau": ...}.
+    decoupled: dict[str, Any] | None = None
 
     constraints: ClassVar = {
         "negatives": Interval(0, None),
         "epochs": Interval(0, None, closed="neither"),
         "batch_size": Interval(1, None),
         "max_steps": Interval(1, None),
+    }
+
+
+@dataclass(frozen=True)
+class DecoupledParams:
+    """A second stage (Kang et al., "Decoupling Representation and Classifier for Long-Tailed
+    Recognition", ICLR 2020): the encoder of experiment ``init_from``, frozen, and its
+    classifier re-learned or adjusted.
+
+    ``classifier``: ``crt`` re-trains a freshly initialised output layer, ``lws`` learns one
+    scale per class of the first stage's layer (both with class-balanced row sampling unless
+    ``row_sampling`` says otherwise, and ``loss``, default softmax CE); ``tau-norm`` divides
+    each class's weight vector by its norm to the power ``tau`` (``auto``: the τ of
+    0, 0.05, …, 1 with the best validation balanced accuracy), keeping the first stage's loss
+    and bias, so τ = 0 is the first stage's model. The features, model and, unless given, the
+    optimizer come from ``init_from``.
+    """
+
+    init_from: str
+    classifier: Classifier
+    loss: dict[str, Any] | None = None
+    optimizer: dict[str, Any] | None = None
+    epochs: float | None = None
+    batch_size: int | None = None
+    max_steps: int | None = None
+    row_sampling: RowSampling | None = None
+    tau: float | Literal["auto"] = "auto"
+
+    constraints: ClassVar = {
+        "epochs": Interval(0, None, closed="neither"),
+        "batch_size": Interval(1, None),
+        "max_steps": Interval(1, None),
+        "tau": Interval(0, None),
     }
 
 
@@ -163,6 +202,10 @@ class Params:
     sampler_features: dict[str, str] = field(default_factory=dict)
     source: str = "params.yaml"
 
+    def train_stage(self, name: str) -> str:
+        """The DVC stage that trains experiment ``name``."""
+        return f"train-decoupled@{name}" if self.experiment(name).decoupled else f"train@{name}"
+
     def experiment(self, name: str) -> ExperimentParams:
         if name not in self.experiments:
             raise InvalidParameterError(
@@ -178,6 +221,8 @@ class Params:
         for key in ("epochs", "batch_size", "max_steps", "row_sampling"):
             if out[key] is None:
                 out[key] = getattr(self.train, key)
+        if out["decoupled"] is None:  # a one-stage experiment's settings stay as they were
+            del out["decoupled"]
         return out
 
 
@@ -190,6 +235,7 @@ _SECTIONS = {
     "train": TrainParams,
     "evaluate": EvaluateParams,
     "experiments": None,
+    "decoupled": None,
 }
 
 
@@ -270,6 +316,8 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
                 f"sampler with `features: {exp.features}` for it"
             )
         experiments[key] = exp
+    for key, exp in _decoupled(source, raw.get("decoupled"), experiments).items():
+        experiments[key] = exp
 
     return Params(
         base=section("base", BaseParams),
@@ -283,6 +331,59 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         sampler_features=sampler_features,
         source=source,
     )
+
+
+def _decoupled(
+    source: str, raw: Any, experiments: dict[str, ExperimentParams]
+) -> dict[str, ExperimentParams]:
+    """The second stages of ``decoupled:`` as experiments: their own settings over those of the
+    first stage they start from (:class:`DecoupledParams`)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidParameterError(f"{source}: decoupled: expected a mapping of named runs")
+    out = {}
+    for key, spec in raw.items():
+        _check_name(source, f"decoupled.{key}", key)
+        where = f"{source}: decoupled.{key}"
+        if key in experiments:
+            raise InvalidParameterError(
+                f"{where}: the name {key!r} is an experiment's already; runs of decoupled and "
+                "experiments share metrics/ and data/models/"
+            )
+        run = DecoupledParams(**validate_options(where, DecoupledParams, spec or {}))
+        first = experiments.get(run.init_from)
+        if first is None:
+            raise InvalidParameterError(
+                f"{where}.init_from: got {run.init_from!r}; expected one of the experiments: "
+                + ", ".join(experiments)
+            )
+        if run.classifier == "tau-norm" and run.loss is not None:
+            raise InvalidParameterError(
+                f"{where}.loss: tau-norm keeps the first stage's loss ({run.init_from}'s); "
+                "leave loss out"
+            )
+        for comp in ("loss", "optimizer"):
+            if getattr(run, comp) is not None:
+                _component(source, f"decoupled.{key}.{comp}", getattr(run, comp))
+        trains = run.classifier != "tau-norm"
+        out[key] = ExperimentParams(
+            sampler=NO_SAMPLER,
+            features=first.features,
+            loss=run.loss or ({"name": "softmax"} if trains else first.loss),
+            optimizer=run.optimizer or first.optimizer,
+            model=first.model,
+            epochs=run.epochs,
+            batch_size=run.batch_size,
+            max_steps=run.max_steps,
+            row_sampling=run.row_sampling or ("class-balanced" if trains else None),
+            decoupled={
+                "init_from": run.init_from,
+                "classifier": run.classifier,
+                "tau": run.tau,
+            },
+        )
+    return out
 
 
 def _evaluate(source: str, evaluate: EvaluateParams) -> EvaluateParams:

@@ -71,6 +71,8 @@ TINY_PARAMS = {
             "optimizer": {"name": "adagrad", "lr": 0.1},
         },
     },
+    # Kang et al.'s classifier re-training on softmax's frozen encoder: the second-stage stages
+    "decoupled": {"crt": {"init_from": "softmax", "classifier": "crt", "epochs": 1}},
 }
 
 

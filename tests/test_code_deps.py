@@ -19,6 +19,8 @@ STAGE_MODULES = {
     "fit-sampler": "fit_sampler",
     "train": "train",
     "evaluate": "evaluate",
+    "train-decoupled": "train_decoupled",
+    "evaluate-decoupled": "evaluate",
     "report": "report",
 }
 

@@ -14,7 +14,7 @@ from tailkit.metrics_file import headline
 from tailkit.reporting.figures import read_class_bins
 
 pytestmark = pytest.mark.slow
-TINY_EXPERIMENTS = tuple(TINY_PARAMS["experiments"])
+TINY_EXPERIMENTS = (*TINY_PARAMS["experiments"], *TINY_PARAMS["decoupled"])
 
 
 def metrics_loss(experiment: str) -> str:
@@ -27,7 +27,7 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         # the DVC metrics file holds the headline of the detail, nothing else
         shown = json.loads((tiny_project / "metrics" / f"{name}.json").read_text())
         assert shown == headline(metrics) and set(shown) == {"test"}
-        assert len(shown["test"]) == 7 and shown["test"]["accuracy"] == metrics["test"]["accuracy"]
+        assert len(shown["test"]) == 8 and shown["test"]["accuracy"] == metrics["test"]["accuracy"]
         # the many/medium/few thresholds are recorded beside the groups (OLTR's defaults)
         assert metrics["groups"] == {"many_above": 100, "few_below": 20}
         test = metrics["test"]
@@ -55,7 +55,7 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         balanced = (bins["labels"] * bins["accuracy"]).sum() / bins["labels"].sum()
         assert balanced == pytest.approx(test["balanced_accuracy"], abs=1e-5)
     summary = (tiny_project / "reports" / "summary.md").read_text()
-    assert "| softmax |" in summary and "| sampled |" in summary
+    assert "| softmax |" in summary and "| sampled |" in summary and "| crt |" in summary
     # the frame the summary's table is rendered from, exported: the metrics files' numbers
     export = tiny_project / "runs.json"
     run([str(BIN / "tailkit"), "report", "--no-figures", "--export", str(export)], tiny_project)

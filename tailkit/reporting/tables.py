@@ -235,6 +235,12 @@ def describe_method(run: Run) -> str:
     settings = run.params.resolved(run.experiment)
     if settings["loss"] is None:  # a model that trains itself: the tool and its options
         return _with_options(settings["model"])
+    if "decoupled" in settings:  # a second stage: `cRT (softmax) on ce`, `τ-norm on ce`
+        how = settings["decoupled"]
+        name = {"crt": "cRT", "tau-norm": "τ-norm", "lws": "LWS"}[how["classifier"]]
+        if how["classifier"] != "tau-norm":
+            name += f" ({_with_options(settings['loss'])}, {settings['row_sampling']})"
+        return f"{name} on {how['init_from']}"
     text = _with_options(settings["loss"])
     if settings["model"]["name"] != "linear":
         text += f" on {settings['model']['name']}"

@@ -107,9 +107,14 @@ class RowSparseOptimizer:
         raise NotImplementedError
 
     def step(self, rows: Rows, step: int) -> None:
-        lr = self.learning_rate(step)
-        self._update_rows(rows, lr)
+        self._update_rows(rows, self.learning_rate(step))
+        self.step_dense(step)
+
+    def step_dense(self, step: int) -> None:
+        """Step the dense parameters alone: those of a run whose output rows are frozen (LWS's
+        per-class scales, tailkit/training/decoupled.py)."""
         if self.dense is not None:
+            lr = self.learning_rate(step)
             for group in self.dense.param_groups:
                 group["lr"] = lr
             self.dense.step()

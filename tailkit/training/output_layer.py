@@ -164,6 +164,15 @@ class OutputLayer:
         layer.cosine_scale = self.cosine_scale
         return layer
 
+    def with_weight(self, weight: torch.Tensor) -> OutputLayer:
+        """A copy with ``weight`` (C × d) in place of the rows and the same bias (a second
+        stage's rescaled classifier, tailkit/training/decoupled.py)."""
+        layer = object.__new__(OutputLayer)
+        layer.weight = weight.clone()
+        layer.bias = self.bias.clone()
+        layer.cosine_scale = self.cosine_scale
+        return layer
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"weight": self.weight, "bias": self.bias}
 
