@@ -149,7 +149,7 @@ def _small(study: dict, tmp_path: Path, monkeypatch) -> dict:
     for spec in p.get("samplers", {}).values():
         if isinstance(spec.get("k"), int):
             spec["k"] = min(spec["k"], 4)
-    for spec in p["experiments"].values():
+    for spec in [*p["experiments"].values(), *(p.get("decoupled") or {}).values()]:
         for key, small in (("epochs", 1), ("max_steps", 6), ("batch_size", 32), ("negatives", 8)):
             if isinstance(spec.get(key), int):
                 spec[key] = min(spec[key], small)
@@ -169,7 +169,16 @@ def test_study_runs_end_to_end(path: Path, tmp_path: Path, monkeypatch) -> None:
 
     from tailkit.params import parse_params
     from tailkit.paths import Layout
-    from tailkit.stages import download, evaluate, featurize, fit_sampler, report, subsample, train
+    from tailkit.stages import (
+        download,
+        evaluate,
+        featurize,
+        fit_sampler,
+        report,
+        subsample,
+        train,
+        train_decoupled,
+    )
 
     study = yaml.safe_load(path.read_text())
     small = _small(study, tmp_path, monkeypatch)
@@ -184,8 +193,9 @@ def test_study_runs_end_to_end(path: Path, tmp_path: Path, monkeypatch) -> None:
     if params.samplers:
         fit_sampler.run(params, layout, registry)
         json.loads(layout.sampler_metrics.read_text())  # strict JSON
-    for name in params.experiments:
-        train.run(params, layout, registry, name)
+    for name in params.experiments:  # the decoupled runs last, after their first stages
+        stage = train_decoupled if params.experiment(name).decoupled else train
+        stage.run(params, layout, registry, name)
         metrics = evaluate.run(params, layout, registry, name)
         assert metrics, name
         json.loads(layout.metrics(name).read_text())
