@@ -179,15 +179,32 @@ def _train_bar(name: str):
     return bar, update
 
 
+seed_option = click.option(
+    "--seed",
+    type=int,
+    help="One of base.extra_seeds: run with it instead of base.seed; outputs go by "
+    "<experiment>+seed<seed>.",
+)
+
+
+def _seeded(params_path: Path, quiet: bool, experiment: str, seed: int | None):
+    """The stage's context and the name it runs under: the experiment's, or its seed run's."""
+    params, layout, registry = _context(params_path, quiet)
+    if seed is not None:
+        params, experiment = params.seed_run(experiment, seed)
+    return params, layout, registry, experiment
+
+
 @cli.command()
 @params_option
 @click.option("--experiment", required=True, help="Key of params.experiments to train.")
+@seed_option
 @quiet_option
-def train(params_path: Path, experiment: str, quiet: bool) -> None:
+def train(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
     """Train one experiment."""
     from tailkit.stages import train as stage
 
-    _train(stage.run, params_path, experiment, quiet, "train")
+    _train(stage.run, params_path, experiment, quiet, "train", seed)
 
 
 @cli.command("train-decoupled")
@@ -201,18 +218,28 @@ def train_decoupled(params_path: Path, experiment: str, quiet: bool) -> None:
     _train(stage.run, params_path, experiment, quiet, "train-decoupled")
 
 
-def _train(run: Callable[..., Any], params_path: Path, experiment: str, quiet: bool, name: str):
+def _train(
+    run: Callable[..., Any],
+    params_path: Path,
+    experiment: str,
+    quiet: bool,
+    name: str,
+    seed: int | None = None,
+) -> None:
     progress.configure(quiet)
     bar, update = _train_bar(experiment)
     try:
-        summary = _guard(lambda: run(*_context(params_path, quiet), experiment, progress=update))
+        summary = _guard(
+            lambda: run(*_seeded(params_path, quiet, experiment, seed), progress=update)
+        )
     finally:
         if bar is not None:
             bar.close()
     done = "fitted" if summary["steps"] is None else f"{summary['steps']} steps"
+    shown = experiment if seed is None else f"{experiment}-{seed}"  # the DVC stage's key
     _say(
         quiet,
-        f"{name}@{experiment}: {done} in {summary['seconds']:.1f} s "
+        f"{name}{'' if seed is None else '-seed'}@{shown}: {done} in {summary['seconds']:.1f} s "
         f"({summary['examples_per_second']:,} examples/s on {summary['device']})",
     )
 
@@ -220,12 +247,13 @@ def _train(run: Callable[..., Any], params_path: Path, experiment: str, quiet: b
 @cli.command()
 @params_option
 @click.option("--experiment", required=True, help="Key of params.experiments to evaluate.")
+@seed_option
 @quiet_option
-def evaluate(params_path: Path, experiment: str, quiet: bool) -> None:
+def evaluate(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
     """Evaluate one trained experiment on the test split."""
     from tailkit.stages import evaluate as stage
 
-    m = _guard(lambda: stage.run(*_context(params_path, quiet), experiment))["test"]
+    m = _guard(lambda: stage.run(*_seeded(params_path, quiet, experiment, seed)))["test"]
     _say(
         quiet,
         f"evaluate@{experiment}: accuracy {m['accuracy']:.4f}, "
@@ -323,6 +351,19 @@ def compare(
         click.echo(text, nl=False)
     if figure is not None:
         click.echo(f"compare: figure {figure}", err=True)
+
+
+@cli.command()
+@params_option
+@quiet_option
+def seeds(params_path: Path, quiet: bool) -> None:
+    """Write metrics/seeds.json: every metric as mean ± std over the training seeds."""
+    from tailkit.stages import seeds as stage
+
+    progress.configure(quiet)
+    params = _guard(lambda: load_params(params_path))  # no registry: metrics files only
+    aggregate = _guard(lambda: stage.run(params, Layout()))
+    _say(quiet, f"seeds: {len(aggregate)} experiments over {len(params.seeds)} seeds")
 
 
 @cli.command()

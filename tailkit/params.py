@@ -32,10 +32,19 @@ Classifier = Literal["crt", "tau-norm", "lws"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+#: Joins an experiment and a further seed into the name of that run's outputs
+#: (``softmax+seed1``); experiment names cannot hold it, so the two never collide.
+SEED_RUN = "+seed"
+
+
 @dataclass(frozen=True)
 class BaseParams:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Further training seeds: each experiment also runs once per seed listed, as the
+    # train-seed@<experiment>-<seed> and evaluate-seed@... stages (dvc.yaml's matrix, which
+    # needs the key in params.yaml, empty for one seed); the report shows mean ± std.
+    extra_seeds: list[int] = field(default_factory=list)
 
     constraints: ClassVar = {"seed": SEED}
 
@@ -202,6 +211,35 @@ class Params:
     sampler_features: dict[str, str] = field(default_factory=dict)
     source: str = "params.yaml"
 
+    @property
+    def seeds(self) -> list[int]:
+        """Every training seed: ``base.seed`` first, then ``base.extra_seeds``."""
+        return [self.base.seed, *self.base.extra_seeds]
+
+    def seed_run(self, experiment: str, seed: int) -> tuple[Params, str]:
+        """Params for ``experiment`` trained with ``seed`` (one of ``base.extra_seeds``) and
+        the name its outputs go by (``<experiment>+seed<seed>``): the same settings under that
+        name, ``base.seed`` set to ``seed``."""
+        exp = self.experiment(experiment)
+        if seed not in self.base.extra_seeds:
+            raise InvalidParameterError(
+                f"{self.source}: base.extra_seeds: no seed {seed}; listed: "
+                + (", ".join(map(str, self.base.extra_seeds)) or "none")
+            )
+        if exp.decoupled:
+            raise InvalidParameterError(
+                f"{self.source}: decoupled.{experiment}: runs of decoupled take base.seed only"
+            )
+        name = f"{experiment}{SEED_RUN}{seed}"
+        return (
+            dataclasses.replace(
+                self,
+                base=dataclasses.replace(self.base, seed=seed),
+                experiments={**self.experiments, name: exp},
+            ),
+            name,
+        )
+
     def train_stage(self, name: str) -> str:
         """The DVC stage that trains experiment ``name``."""
         return f"train-decoupled@{name}" if self.experiment(name).decoupled else f"train@{name}"
@@ -319,8 +357,10 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
     for key, exp in _decoupled(source, raw.get("decoupled"), experiments).items():
         experiments[key] = exp
 
+    base = section("base", BaseParams)
+    _check_seeds(source, base)
     return Params(
-        base=section("base", BaseParams),
+        base=base,
         dataset=_component(source, "dataset", raw.get("dataset", "geonames")),
         subsample=section("subsample", SubsampleParams),
         featurize=featurize,
@@ -331,6 +371,20 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         sampler_features=sampler_features,
         source=source,
     )
+
+
+def _check_seeds(source: str, base: BaseParams) -> None:
+    seen = {base.seed}
+    for seed in base.extra_seeds:
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed not in SEED:
+            raise InvalidParameterError(
+                f"{source}: base.extra_seeds: got {seed!r}; expected integers {SEED}"
+            )
+        if seed in seen:
+            raise InvalidParameterError(
+                f"{source}: base.extra_seeds: seed {seed} is listed twice or is base.seed"
+            )
+        seen.add(seed)
 
 
 def _decoupled(

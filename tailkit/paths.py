@@ -73,6 +73,11 @@ class Layout:
         return self.root / "metrics" / "detail" / f"{experiment}.json"
 
     @property
+    def seeds_metrics(self) -> Path:
+        """Mean ± std of every metric over the training seeds (the ``seeds`` stage)."""
+        return self.root / "metrics" / "seeds.json"
+
+    @property
     def sampler_metrics(self) -> Path:
         return self.root / "metrics" / "sampler.json"
 

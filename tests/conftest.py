@@ -15,7 +15,7 @@ ROOT = Path(__file__).parents[1]
 BIN = Path(sys.executable).parent
 
 TINY_PARAMS = {
-    "base": {"seed": 0, "device": "cpu"},
+    "base": {"seed": 0, "device": "cpu", "extra_seeds": []},
     "dataset": {
         "name": "synthetic",
         "num_classes": 30,

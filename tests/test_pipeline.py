@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 
+import numpy as np
 import polars as pl
 import pytest
 import yaml
-from conftest import BIN, TINY_PARAMS, run
+from conftest import BIN, TINY_PARAMS, make_project, run
 
 from tailkit.metrics_file import headline
 from tailkit.reporting.figures import read_class_bins
@@ -112,8 +114,10 @@ def test_changing_one_experiment_reruns_only_it_and_metrics_diff_in_a_fresh_clon
     (tiny_project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     status = run(["dvc", "status", "--json"], tiny_project).stdout
     changed = set(json.loads(status))
-    # the report lists every experiment's settings, so it is rebuilt too
-    assert changed == {"fingerprint", "train@sampled", "evaluate@sampled", "report"}, changed
+    # the report lists every experiment's settings, so it is rebuilt too (and the seeds'
+    # aggregate, which has a row per experiment)
+    expected = {"fingerprint", "train@sampled", "evaluate@sampled", "seeds", "report"}
+    assert changed == expected, changed
     out = run(["dvc", "repro"], tiny_project).stdout
     assert "Running stage 'train@sampled'" in out
     assert "Running stage 'train@softmax'" not in out
@@ -211,3 +215,42 @@ def test_experiment_workflow_exp_run_show_report_plots_and_metrics_diff(tiny_pro
     # a one-experiment change reads on one screen: the headlines and the timing files
     text = run(["dvc", "metrics", "diff", "HEAD~1"], tiny_project).stdout.strip().splitlines()
     assert len(text) < 30, "\n".join(text)
+
+
+def test_extra_seeds_run_as_their_own_stages_and_aggregate_to_mean_and_std(tmp_path):
+    """base.extra_seeds: one train-seed/evaluate-seed stage per experiment and seed, seeds that
+    give different models, metrics/seeds.json equal to numpy's mean and sample std of the
+    per-seed metrics, and the report's mean ± std."""
+    params = copy.deepcopy(TINY_PARAMS)
+    params["base"]["extra_seeds"] = [1, 2]
+    params["experiments"] = {"softmax": params["experiments"]["softmax"]}
+    params["decoupled"] = {}
+    params["samplers"] = {}
+    project = make_project(tmp_path / "seeds", params)
+    out = run(["dvc", "repro"], project).stdout
+    for stage in ("train-seed@softmax-1", "train-seed@softmax-2", "evaluate-seed@softmax-2"):
+        assert f"Running stage '{stage}'" in out
+    details = [
+        json.loads((project / "metrics" / "detail" / f"{name}.json").read_text())
+        for name in ("softmax", "softmax+seed1", "softmax+seed2")
+    ]
+    assert [d["train"]["seed"] for d in details] == [0, 1, 2]
+    assert {d["train"]["split_seed"] for d in details} == {0}  # the split is the same
+    weights = [
+        (project / "data" / "models" / name / "model.safetensors").read_bytes()
+        for name in ("softmax", "softmax+seed1", "softmax+seed2")
+    ]
+    assert len(set(weights)) == 3  # the seeds give different models
+    aggregate = json.loads((project / "metrics" / "seeds.json").read_text())["softmax"]
+    assert aggregate["seeds"] == [0, 1, 2] and aggregate["split_seed"] == 0
+    for key in ("accuracy", "balanced_accuracy", "macro_f1_tuned"):
+        values = np.array([d["test"][key] for d in details])
+        entry = aggregate[f"test.{key}"]
+        assert entry["values"] == values.tolist()
+        assert entry["mean"] == pytest.approx(np.mean(values), rel=1e-12)
+        assert entry["std"] == pytest.approx(np.std(values, ddof=1), rel=1e-12)
+    summary = (project / "reports" / "summary.md").read_text()
+    row = next(line for line in summary.splitlines() if line.startswith("| softmax |"))
+    mean, std = aggregate["test.accuracy"]["mean"], aggregate["test.accuracy"]["std"]
+    assert f"{100 * mean:.2f} ± {100 * std:.2f}" in row
+    assert set(json.loads(run(["dvc", "status", "--json"], project).stdout)) == {"fingerprint"}

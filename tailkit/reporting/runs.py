@@ -116,14 +116,28 @@ def read_json(path: Path, producer: str) -> dict[str, Any]:
     return value
 
 
-def workspace_runs(params: Params, layout: Layout) -> list[Run]:
-    """Every experiment of ``params`` with all its metrics (``metrics/detail/``) and its time."""
+def workspace_runs(params: Params, layout: Layout, with_time: bool = True) -> list[Run]:
+    """Every experiment of ``params`` with all its metrics (``metrics/detail/``) and, with
+    ``with_time``, its time; then its runs with each of ``base.extra_seeds``
+    (``<experiment>+seed<s>``), the repeats the tables average."""
+
+    def run(params: Params, name: str, output: str, stage: str) -> Run:
+        metrics = read_json(layout.metrics_detail(output), f"evaluate{stage}")
+        timing_path = layout.timing(f"train/{output}")
+        timing = None
+        if with_time and timing_path.exists():
+            timing = read_json(timing_path, f"train{stage}")
+        return Run(name, "", params, _with_time(metrics, timing))
+
     runs = []
     for name in params.experiments:
-        metrics = read_json(layout.metrics_detail(name), f"evaluate@{name}")
-        timing_path = layout.timing(f"train/{name}")
-        timing = read_json(timing_path, f"train@{name}") if timing_path.exists() else None
-        runs.append(Run(name, "", params, _with_time(metrics, timing)))
+        prefix = "-decoupled" if params.experiment(name).decoupled else ""
+        runs.append(run(params, name, name, f"{prefix}@{name}"))
+        if prefix:
+            continue
+        for seed in params.base.extra_seeds:
+            seeded, output = params.seed_run(name, seed)
+            runs.append(run(seeded, name, output, f"-seed@{name}-{seed}"))
     return runs
 
 

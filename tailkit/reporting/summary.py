@@ -44,14 +44,15 @@ def legend(multilabel: bool, thresholds: GroupThresholds = DEFAULT_GROUPS) -> st
             "per-label recall of the top 5, averaged over labels; many/medium/few: the same over "
             f"labels carried by {groups}; ECE: of the top-1 label being one of the row's labels; "
             "macro-F1: of the top-5 labels whose probability clears the threshold best on "
-            "validation. Best of each column in bold."
+            "validation. Best of each column in bold; ≈: less than a standard deviation over "
+            "the seeds from it."
         )
     return (
         "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
         f"{groups}; balanced acc.: over all classes; ECE: expected calibration error of the "
         "loss's own probabilities (15 bins; – for a loss without one); macro-F1: of the top "
         "label when its probability clears the threshold best on validation. Best of each "
-        "column in bold."
+        "column in bold; ≈: less than a standard deviation over the seeds from it."
     )
 
 

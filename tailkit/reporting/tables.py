@@ -121,7 +121,7 @@ def runs_frame(runs: Sequence[Run]) -> pl.DataFrame:
     return pl.DataFrame(ids, schema=schema).with_columns(**values)
 
 
-def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     """Mean and sample std (None for one value) of the non-null values; exactly rounded
     sums, so the same seeds give the same bits whatever their order."""
     seen = [v for v in values if v is not None]
@@ -145,7 +145,7 @@ def seed_summary(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     )
     out = grouped.select("name", "method", "seeds")
     for column in present:
-        pairs = [_mean_std(v) for v in grouped[column].to_list()]
+        pairs = [mean_std(v) for v in grouped[column].to_list()]
         out = out.with_columns(
             pl.Series(column, [m for m, _ in pairs], dtype=pl.Float64),
             pl.Series(f"{column} std", [s for _, s in pairs], dtype=pl.Float64),
@@ -157,16 +157,20 @@ def _dotted(col: Column) -> str:
     return ".".join(col.path)
 
 
-def best_values(summary: pl.DataFrame, columns: Sequence[Column]) -> dict[str, float]:
-    """The best mean of each column over the summary's rows (columns nobody reports absent)."""
-    best: dict[str, float] = {}
+def best_values(
+    summary: pl.DataFrame, columns: Sequence[Column]
+) -> dict[str, tuple[float, float | None]]:
+    """The best mean of each column over the summary's rows and its std over the seeds (None:
+    one seed), for the columns somebody reports."""
+    best: dict[str, tuple[float, float | None]] = {}
     for col in columns:
-        if _dotted(col) in summary.columns:
-            values = summary[_dotted(col)].drop_nulls()
+        name = _dotted(col)
+        if name in summary.columns:
+            values = summary[name].drop_nulls()
             if len(values):
-                best[col.header] = cast(
-                    float, values.max() if col.higher_is_better else values.min()
-                )
+                value = cast(float, values.max() if col.higher_is_better else values.min())
+                row = summary.filter(pl.col(name) == value).row(0, named=True)
+                best[col.header] = (value, row.get(f"{name} std"))
     return best
 
 
@@ -177,18 +181,35 @@ def _number(col: Column, value: float) -> str:
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
-def _cell(col: Column, value: float | None, std: float | None, best: dict[str, float]) -> str:
+#: After a mean whose gap to the column's best is smaller than the spread over the seeds.
+WITHIN_SPREAD = "≈"
+
+
+def _cell(
+    col: Column,
+    value: float | None,
+    std: float | None,
+    best: dict[str, tuple[float, float | None]],
+) -> str:
     if value is None:
         return "–"
     text = _number(col, value)
     if std is not None:
         text += f" ± {_number(col, std)}"
-    return f"**{text}**" if value == best.get(col.header) else text
+    if col.header not in best:
+        return text
+    top, top_std = best[col.header]
+    if value == top:
+        return f"**{text}**"
+    # A gap smaller than either run's standard deviation over its seeds: not told apart.
+    spread = max(s for s in (std, top_std, 0.0) if s is not None)
+    return f"{text} {WITHIN_SPREAD}" if abs(value - top) < spread else text
 
 
 def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = None) -> str:
     """One row per experiment and source (mean ± std where it ran with several seeds), the
-    best value of each column in bold."""
+    best value of each column in bold and, with several seeds, the means less than a standard
+    deviation from it marked :data:`WITHIN_SPREAD`."""
     columns = columns_for(runs) if columns is None else columns
     summary = seed_summary(runs_frame(runs), [_dotted(c) for c in columns])
     best = best_values(summary, columns)

@@ -49,6 +49,12 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     return metrics
 
 
+def _seeds(params: Params) -> dict[str, int]:
+    """The training seed and, apart from it, the seed of the subsample and split the model was
+    trained and tested on (recorded in the train block of the metrics)."""
+    return {"seed": params.base.seed, "split_seed": params.subsample.seed}
+
+
 def _top_k(params: Params, num_classes: int) -> int:
     """``evaluate.top_k``, capped at the number of labels, with a notice when it is."""
     k = params.evaluate.top_k
@@ -130,7 +136,7 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
         test,
         tested,
         None if raw is None else scored(raw),
-        {"steps": info["steps"]},
+        {"steps": info["steps"], **_seeds(params)},
         info["plugins"],
         margins,
         intra,
@@ -176,7 +182,7 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
         test,
         tested,
         None,
-        {"steps": None, "deterministic": info["deterministic"]},
+        {"steps": None, "deterministic": info["deterministic"], **_seeds(params)},
         info["plugins"],
         None,
         None,
