@@ -369,6 +369,7 @@ def seeds(params_path: Path, quiet: bool) -> None:
 @cli.command()
 @params_option
 @click.option("--experiment", required=True, help="Key of params.experiments to predict with.")
+@seed_option
 @click.option(
     "--input",
     "input_path",
@@ -389,6 +390,7 @@ def seeds(params_path: Path, quiet: bool) -> None:
 def predict(
     params_path: Path,
     experiment: str,
+    seed: int | None,
     input_path: Path | None,
     split: str | None,
     k: int,
@@ -406,12 +408,12 @@ def predict(
             fmt = out.suffix.lower().lstrip(".")
             if fmt not in predicting.FORMATS:
                 raise InvalidParameterError(f"--output: {out}: expected a .parquet or .jsonl file")
-        params, layout, registry = _context(params_path)
+        params, layout, registry, name = _seeded(params_path, True, experiment, seed)
         table = predicting.run(
             params,
             layout,
             registry,
-            experiment,
+            name,
             input_path=input_path,
             split=split,
             k=k,

@@ -121,6 +121,13 @@ def run(
     device = resolve_device(params.base.device)
     torch.manual_seed(params.base.seed)
     start = restore(params, layout, registry, first, device)
+    if classifier != "crt" and start.layer.cosine_scale is not None:
+        raise _refuse(
+            f"{classifier} rescales the rows of a dot-product output layer; {first!r}'s loss "
+            "scores by cosine (its rows are normalised already): use classifier: crt",
+            experiment,
+            "classifier",
+        )
     loss, optimizer = build_objective(params, experiment, registry)
     check_labels(loss, params, experiment, start.meta, registry)
     check_row_sampling(params, experiment, start.meta)
@@ -137,17 +144,12 @@ def run(
         val_set.labels,
         torch.as_tensor(start.meta["train_counts"], dtype=torch.float64),
     )
-    try:
-        if classifier == "tau-norm":
-            outcome = _tau_norm(params, settings, data)
-        elif classifier == "crt":
-            outcome = _retrain(
-                params, layout, registry, experiment, loss, optimizer, data, progress
-            )
-        else:
-            outcome = _scales(params, experiment, loss, optimizer, data)
-    except ValueError as exc:  # a cosine first stage for τ-norm or LWS (check_linear)
-        raise _refuse(str(exc), experiment, "classifier") from None
+    if classifier == "tau-norm":
+        outcome = _tau_norm(params, settings, data)
+    elif classifier == "crt":
+        outcome = _retrain(params, layout, registry, experiment, loss, optimizer, data, progress)
+    else:
+        outcome = _scales(params, experiment, loss, optimizer, data)
 
     with atomic_dir(layout.model(experiment)) as tmp:
         save_model(
