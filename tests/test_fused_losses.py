@@ -1,0 +1,140 @@
+"""The hand-written autograd functions the full-mode losses share, and the cast-once tables.
+
+Each function is checked in float64 against the plain autograd formula it replaces (values and
+gradients) and with torch.autograd.gradcheck, on logits wide enough to reach the stable and the
+extreme branches of softplus and log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.fused_binary import binary_row_losses
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+
+
+def random_case(seed: int, rows: int = 5, classes: int = 7, scale: float = 4.0):
+    gen = torch.Generator().manual_seed(seed)
+    logits = scale * torch.randn(rows, classes, generator=gen, dtype=torch.float64)
+    labels = torch.randint(classes, (rows,), generator=gen)
+    offsets = torch.randn(classes, generator=gen, dtype=torch.float64)
+    shift = -torch.rand(rows, generator=gen, dtype=torch.float64)
+    return logits.requires_grad_(), labels, offsets, shift
+
+
+def reference_cross_entropy(logits, labels, offsets, shift):
+    adjusted = logits if offsets is None else logits + offsets
+    if shift is not None:
+        adjusted = adjusted.scatter_add(1, labels.unsqueeze(1), shift.unsqueeze(1))
+    return F.cross_entropy(adjusted, labels, reduction="none")
+
+
+def reference_binary(z, labels, gamma):
+    """The elementwise formula of the class-balanced loss, one-hot and all."""
+    t = F.one_hot(labels, z.shape[1]).to(z.dtype)
+    p_t = torch.where(t == 1, torch.sigmoid(z), 1 - torch.sigmoid(z))
+    bce = F.softplus(z) - t * z
+    return ((1 - p_t) ** gamma * bce).sum(dim=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("with_offsets", [False, True])
+@pytest.mark.parametrize("with_shift", [False, True])
+def test_adjusted_cross_entropy_matches_autograd(seed, with_offsets, with_shift) -> None:
+    logits, labels, offsets, shift = random_case(seed)
+    offsets = offsets if with_offsets else None
+    shift = shift if with_shift else None
+    weights = torch.rand(labels.shape, dtype=torch.float64)
+    got = adjusted_cross_entropy(logits, labels, offsets=offsets, target_shift=shift)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), logits)
+    want = reference_cross_entropy(logits, labels, offsets, shift)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), logits)
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("with_offsets", [False, True])
+@pytest.mark.parametrize("with_shift", [False, True])
+def test_adjusted_cross_entropy_gradcheck(with_offsets, with_shift) -> None:
+    logits, labels, offsets, shift = random_case(3)
+    offsets = offsets if with_offsets else None
+    shift = shift if with_shift else None
+    assert torch.autograd.gradcheck(
+        lambda x: adjusted_cross_entropy(x, labels, offsets=offsets, target_shift=shift),
+        (logits,),
+    )
+
+
+def test_adjusted_cross_entropy_leaves_the_logits_alone() -> None:
+    logits, labels, _, shift = random_case(4)
+    before = logits.detach().clone()
+    adjusted_cross_entropy(logits, labels, target_shift=shift).sum().backward()
+    assert torch.equal(logits.detach(), before)
+
+
+def test_adjusted_cross_entropy_takes_minus_infinity_offsets() -> None:
+    """Balanced softmax gives a label with no training row log 0 = −inf."""
+    logits, labels, offsets, _ = random_case(5)
+    labels = labels.clamp(max=5)
+    offsets[6] = float("-inf")
+    got = adjusted_cross_entropy(logits, labels, offsets=offsets)
+    got.sum().backward()
+    assert torch.isfinite(got).all()
+    assert logits.grad is not None
+    assert torch.isfinite(logits.grad).all()
+    assert torch.equal(logits.grad[:, 6], torch.zeros(labels.numel(), dtype=torch.float64))
+
+
+def test_adjusted_cross_entropy_float32_equals_cross_entropy() -> None:
+    logits, labels, offsets, _ = random_case(6, rows=64, classes=300, scale=30.0)
+    x = logits.detach().float()
+    got = adjusted_cross_entropy(x, labels, offsets=offsets.float())
+    want = F.cross_entropy(x + offsets.float(), labels, reduction="none")
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_binary_row_losses_match_the_elementwise_formula(gamma, seed) -> None:
+    logits, labels, _, _ = random_case(seed, scale=6.0)
+    weights = torch.rand(labels.shape, dtype=torch.float64)
+    got = binary_row_losses(logits, labels, gamma)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), logits)
+    want = reference_binary(logits, labels, gamma)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), logits)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0, 2.0])
+def test_binary_row_losses_gradcheck(gamma) -> None:
+    logits, labels, _, _ = random_case(7, scale=6.0)
+    assert torch.autograd.gradcheck(lambda x: binary_row_losses(x, labels, gamma), (logits,))
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0, 2.0])
+def test_binary_row_losses_stay_finite_for_extreme_float32_logits(gamma) -> None:
+    z = torch.tensor([[-200.0, 200.0, 0.0], [200.0, -200.0, 90.0]], requires_grad=True)
+    labels = torch.tensor([0, 0])
+    rows = binary_row_losses(z, labels, gamma)
+    rows.sum().backward()
+    assert torch.isfinite(rows).all()
+    assert z.grad is not None
+    assert torch.isfinite(z.grad).all()
+
+
+def test_table_like_casts_once_and_again_after_a_change() -> None:
+    module = torch.nn.Module()
+    module.register_buffer("table", torch.tensor([1.0, 2.0], dtype=torch.float64))
+    like = torch.zeros(1, dtype=torch.float32)
+    first = table_like(module, "table", like)
+    assert first.dtype == torch.float32
+    assert table_like(module, "table", like) is first
+    module.table.mul_(2.0)  # an in-place edit bumps the version counter
+    assert table_like(module, "table", like).tolist() == [2.0, 4.0]
+    module.table = torch.tensor([5.0], dtype=torch.float64)  # a new table (a new setup)
+    assert table_like(module, "table", like).tolist() == [5.0]
+    assert table_like(module, "table", like.double()).dtype == torch.float64
