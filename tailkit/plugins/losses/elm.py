@@ -6,9 +6,10 @@ from functools import partial
 from typing import Any, ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
+from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 from tailkit.plugins.losses.logit_adjusted import prior_offsets
 from tailkit.validation import Constraint, Interval, Options
 
@@ -218,7 +219,7 @@ class ELM(Loss):
         prior = counts / counts.sum()
         base = prior if self.alpha == "prior" else counts
         # Derived from the counts, which setup receives again before any load: not checkpointed.
-        # Kept in float64 and cast per step, so float64 inputs see the exact tables.
+        # Kept in float64, so float64 inputs see the exact tables, and cast once (table_like).
         self.register_buffer("log_adjustment", prior_offsets(counts, self.tau), persistent=False)
         self.register_buffer("margins", self.alpha_scale * base**self.alpha_power, persistent=False)
         if self.positives == "memory":
@@ -238,9 +239,9 @@ class ELM(Loss):
             raise RuntimeError("ELM.setup(class_counts) must be called before the loss is used")
         logits, z = batch.logits, batch.embeddings
         labels = batch.labels.long()
-        adjusted = logits + self.log_adjustment.to(logits.dtype)
-        ce = F.cross_entropy(adjusted, labels)
-        alpha = self.margins.to(z.dtype)[labels]
+        offsets = table_like(self, "log_adjustment", logits)
+        ce = adjusted_cross_entropy(logits, labels, offsets=offsets).mean()
+        alpha = table_like(self, "margins", z)[labels]
         if self.positives == "batch":
             same = labels.unsqueeze(0) == labels.unsqueeze(1)
             valid = same & ~torch.eye(labels.numel(), dtype=torch.bool, device=z.device)
