@@ -7,8 +7,11 @@ One full training step as the loop runs it (mlp encoder 512 → 512 → 128, the
 layer built for the loss, forward, loss, backward, row-sparse Adagrad on the layer and Adagrad
 on the encoder) for CE and each long-tail loss, on the GeoNames shape (C = 3,875, Zipf-like
 counts, B = 512; ``--classes 100000`` for the extreme shape, same B). Cases are interleaved
-(A B C … A B C …) for ``--rounds`` rounds of ``--steps`` steps; the median step time per case
-and its ratio to CE are printed (goal: ≤ 1.05), with the machine's FP32 GEMM GFLOP/s for scale.
+(A B C … A B C …) for ``--rounds`` rounds of ``--steps`` steps. Printed per case: the median
+step time and its IQR, and the median over rounds of the case's time over CE's time *in the same
+round* (goal: ≤ 1.05) with that ratio's IQR: on a shared machine whose load comes and goes, a
+round's ratio cancels the load of that round, where the ratio of two medians would not. The
+machine's FP32 GEMM GFLOP/s is printed for scale.
 
 Peak memory. torch's CPU tensors come from malloc, which tracemalloc does not see and which
 keeps freed blocks for reuse, so neither Python's counters nor a process's RSS alone say what a
@@ -136,6 +139,14 @@ def measure_memory(name: str, args) -> dict[str, int]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def spread(values: list[float]) -> float:
+    """The interquartile range (0 for a single value)."""
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -176,16 +187,17 @@ def main() -> None:
         f"{gemm_gflops():.0f} GFLOP/s; B={args.batch}, C={args.classes}, mlp 512-512-128, "
         f"{args.rounds} rounds x {args.steps} steps, interleaved"
     )
-    base = statistics.median(times["ce"])
-    header = f"{'loss':<24}{'median ms':>10}{'IQR ms':>9}{'time / CE':>11}"
+    header = f"{'loss':<24}{'median ms':>10}{'IQR ms':>9}{'time / CE':>11}{'IQR':>7}"
     if memory:
         header += f"{'peak MB':>9}{'peak / CE':>11}{'resting MB':>12}"
     print(header)
     for name, values in times.items():
-        q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
         med = statistics.median(values)
-        line = f"{name:<24}{1e3 * med:>10.2f}{1e3 * (q[2] - q[0]):>9.2f}{med / base:>11.3f}"
-        ratios = [med / base]
+        per_round = [t / ce for t, ce in zip(values, times["ce"], strict=True)]
+        ratio = statistics.median(per_round)
+        line = f"{name:<24}{1e3 * med:>10.2f}{1e3 * spread(values):>9.2f}"
+        line += f"{ratio:>11.3f}{spread(per_round):>7.3f}"
+        ratios = [ratio]
         if memory:
             peak, ce_peak = memory[name]["peak"], memory["ce"]["peak"]
             line += f"{peak / 2**20:>9.1f}{peak / ce_peak:>11.3f}"
