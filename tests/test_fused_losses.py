@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.elm import _BatchPull, _MemoryPull, pull_terms, same_class_pairs
 from tailkit.plugins.losses.fused_binary import binary_row_losses
 from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 
@@ -138,3 +139,63 @@ def test_table_like_casts_once_and_again_after_a_change() -> None:
     module.table = torch.tensor([5.0], dtype=torch.float64)  # a new table (a new setup)
     assert table_like(module, "table", like).tolist() == [5.0]
     assert table_like(module, "table", like.double()).dtype == torch.float64
+
+
+def memory_case(seed: int, rows: int = 6, slots: int = 4, dim: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(rows, dim, generator=gen, dtype=torch.float64) + 0.5
+    positives = torch.randn(rows, slots, dim, generator=gen, dtype=torch.float64)
+    valid = torch.rand(rows, slots, generator=gen) < 0.6
+    valid[0] = False  # an anchor whose class has nothing stored yet
+    alpha = torch.rand(rows, generator=gen, dtype=torch.float64) * 3
+    return z.requires_grad_(), positives, valid, alpha
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_memory_pull_matches_pull_terms(seed) -> None:
+    z, positives, valid, alpha = memory_case(seed)
+    weights = torch.rand(z.shape[0], dtype=torch.float64)
+    got = _MemoryPull.apply(z, positives.clone(), valid, alpha)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), z)
+    want = pull_terms(z, positives, valid, alpha)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), z)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
+    assert got[0].item() == 0.0
+
+
+def test_memory_pull_gradcheck() -> None:
+    z, positives, valid, alpha = memory_case(3)
+    assert torch.autograd.gradcheck(
+        lambda x: _MemoryPull.apply(x, positives.clone(), valid, alpha), (z,)
+    )
+
+
+@pytest.mark.parametrize("labels", [[3, 1, 3, 3, 0, 1, 2], [5], [2, 2], [0, 1, 2], [4, 4, 4, 4]])
+def test_same_class_pairs_are_the_off_diagonal_of_the_label_mask(labels) -> None:
+    y = torch.tensor(labels)
+    rows, cols, swap = same_class_pairs(y)
+    mask = (y.unsqueeze(0) == y.unsqueeze(1)) & ~torch.eye(y.numel(), dtype=torch.bool)
+    want = set(zip(*(t.tolist() for t in mask.nonzero(as_tuple=True)), strict=True))
+    got = list(zip(rows.tolist(), cols.tolist(), strict=True))
+    assert len(got) == len(set(got)) and set(got) == want
+    assert torch.equal(rows[swap], cols) and torch.equal(cols[swap], rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batch_pull_matches_pull_terms(seed) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    z = (torch.randn(9, 3, generator=gen, dtype=torch.float64) + 0.5).requires_grad_()
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 1, 0])
+    alpha = torch.rand(9, generator=gen, dtype=torch.float64) * 3
+    weights = torch.rand(9, dtype=torch.float64)
+    got = _BatchPull.apply(z, same_class_pairs(labels), alpha)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), z)
+    valid = (labels.unsqueeze(0) == labels.unsqueeze(1)) & ~torch.eye(9, dtype=torch.bool)
+    want = pull_terms(z, z, valid, alpha)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), z)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda x: _BatchPull.apply(x, same_class_pairs(labels), alpha), (z,)
+    )
