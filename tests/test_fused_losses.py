@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.dro_lt import _BatchPrototypeDRO, dro_loss
 from tailkit.plugins.losses.elm import _BatchPull, _MemoryPull, pull_terms, same_class_pairs
 from tailkit.plugins.losses.fused_binary import binary_row_losses
 from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
@@ -198,4 +199,36 @@ def test_batch_pull_matches_pull_terms(seed) -> None:
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(
         lambda x: _BatchPull.apply(x, same_class_pairs(labels), alpha), (z,)
+    )
+
+
+def dro_case(seed: int, coincide: bool = False):
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.tensor([4, 1, 4, 0, 1, 4, 2])
+    classes, owner = torch.unique(labels, return_inverse=True)
+    z = torch.randn(7, 3, generator=gen, dtype=torch.float64) + 2.0
+    prototypes = torch.randn(classes.numel(), 3, generator=gen, dtype=torch.float64) * 0.5 + 2.0
+    if coincide:  # a class seen once whose prototype is its feature
+        prototypes[owner[3]] = z[3]
+    epsilon = torch.rand(6, generator=gen, dtype=torch.float64) * 2 - 0.5
+    return z.requires_grad_(), labels, classes, owner, prototypes, epsilon.requires_grad_()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.3])
+@pytest.mark.parametrize("coincide", [False, True])
+def test_batch_prototype_dro_matches_dro_loss(temperature, coincide) -> None:
+    z, labels, classes, owner, prototypes, epsilon = dro_case(0, coincide)
+    got = _BatchPrototypeDRO.apply(z, labels, prototypes, owner, epsilon, temperature)
+    got_grads = torch.autograd.grad(got, (z, epsilon))
+    want = dro_loss(z, labels, prototypes, classes, epsilon, temperature)
+    want_grads = torch.autograd.grad(want, (z, epsilon))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_batch_prototype_dro_gradcheck() -> None:
+    z, labels, _, owner, prototypes, epsilon = dro_case(1)
+    assert torch.autograd.gradcheck(
+        lambda x, e: _BatchPrototypeDRO.apply(x, labels, prototypes, owner, e, 0.5), (z, epsilon)
     )
