@@ -157,7 +157,7 @@ class _MemoryPull(torch.autograd.Function):
     """Ω_pull of each anchor against the stored embeddings of its class, with the gradient
     formed in the forward: the same value as :func:`pull_terms` (z, memory[labels], valid,
     alpha), keeping (B, d) for the backward where autograd kept the (B, memory_size, d) gather
-    and its centred copy (a quarter of the step's peak at C = 3,875).
+    and its centred copy (a fifth of the step's peak at C = 3,875).
 
     Ω_i depends on z_i alone (the centre is detached, the stored positives are constants), so
     its gradient is a (B, d) Jacobian row per anchor: with a = z − c, p_im the centred

@@ -7,7 +7,7 @@ and the class-balanced and DRW losses weight the rows. Done with autograd, each 
 :func:`torch.nn.functional.cross_entropy` itself keeps; a (B, C) pass is the unit of a
 full-softmax step's cost beside its GEMMs. :func:`adjusted_cross_entropy` folds the adjustment
 into the one copy the log-softmax needs anyway and writes the backward as softmax − one-hot,
-so the adjusted losses cost what plain CE costs.
+so an adjusted loss costs plain CE plus one (B, C) add.
 """
 
 from __future__ import annotations
