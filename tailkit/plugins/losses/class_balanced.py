@@ -7,9 +7,11 @@ import math
 from typing import ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
+from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.fused_binary import binary_row_losses
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 from tailkit.validation import Constraint, Interval
 
 NOT_SET_UP = "call setup(class_counts) first: the per-class tables are built there"
@@ -120,34 +122,14 @@ class ClassBalancedLoss(Loss):
             )
         labels = batch.labels.long()
         if self.loss_type == "softmax":
-            per_example = F.cross_entropy(logits, labels, reduction="none")
+            per_example = adjusted_cross_entropy(logits, labels)
         else:
-            per_example = self._binary_terms(logits, labels.unsqueeze(1))
-        alpha = self.class_weights[labels].to(per_example.dtype)
+            # t = 0: BCE = softplus(z), M = σ(z)^γ; t = 1: BCE = softplus(−z), M = e^{−γ sp(z)}.
+            gamma = self.gamma if self.loss_type == "focal" else 0.0
+            per_example = binary_row_losses(logits, labels, gamma)
+        alpha = table_like(self, "class_weights", per_example)[labels]
         total = (alpha * per_example).sum()
         return total if self.reduction == "sum" else total / labels.numel()
-
-    def _binary_terms(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Σ_c M_ic BCE(z_ic, t_ic) per row (B,), with M ≡ 1 for the sigmoid loss.
-
-        The dense (B, C) work assumes t = 0 everywhere; the B true-label entries are then
-        overwritten in place with their t = 1 terms, computed on a (B, 1) gather. This builds
-        no one-hot and never subtracts the t = 0 term back, which would cancel when it is large.
-        """
-        z_y = z.gather(1, y)
-        # t = 0: BCE = softplus(z); t = 1: BCE = softplus(z) − z = softplus(−z).
-        terms = F.softplus(z)
-        positive = F.softplus(-z_y)
-        if self.loss_type == "focal" and self.gamma != 0:
-            # t = 0: M = exp(−γ softplus(−z)) = σ(z)^γ; t = 1: M = exp(−γ softplus(z)).
-            if self.gamma == 1:
-                modulator = torch.sigmoid(z)
-            else:
-                modulator = torch.exp(self.gamma * F.logsigmoid(z))
-            terms = modulator * terms
-            positive = torch.exp(-self.gamma * F.softplus(z_y)) * positive
-        # In place on a fresh product/softplus output, which their backward passes do not save.
-        return terms.scatter_(1, y, positive).sum(dim=1)
 
     def extra_repr(self) -> str:
         out = f"loss_type={self.loss_type!r}, beta={self.beta:g}"

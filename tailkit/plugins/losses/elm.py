@@ -6,9 +6,11 @@ from functools import partial
 from typing import Any, ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
+from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 from tailkit.plugins.losses.logit_adjusted import prior_offsets
 from tailkit.validation import Constraint, Interval, Options
 
@@ -74,45 +76,125 @@ def pull_terms(
     return torch.logsumexp(torch.cat([v.new_zeros(v.shape[0], 1), v], dim=1), dim=1)
 
 
+def same_class_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every ordered pair (i, j), i ≠ j, of batch rows with the same label, without a B × B mask.
+
+    Returns ``rows``, ``cols`` (P,) and ``swap`` (P,), the position of the pair (j, i) for each
+    pair (i, j). Built on the label sort: a class of n rows occupies a run of the sorted order
+    and gives each of its rows the n − 1 other rows of the run as partners, so the pairs come
+    anchor by anchor (Σ n(n − 1) of them, about 10^4 for B = 512 on a Zipf label set, against
+    the 2.6 · 10^5 entries of the mask that had to be built, combined and scanned before).
+    """
+    order = torch.sort(labels, stable=True).indices
+    _, run_sizes = torch.unique_consecutive(labels[order], return_counts=True)
+    size = run_sizes.repeat_interleave(run_sizes)  # n of each sorted position's class
+    start = (run_sizes.cumsum(0) - run_sizes).repeat_interleave(run_sizes)  # where its run starts
+    partners = size - 1
+    first = partners.cumsum(0) - partners  # where each anchor's partners start among the pairs
+    anchor = torch.arange(labels.numel(), device=labels.device).repeat_interleave(partners)
+    # The j-th partner of an anchor at rank r in its run is rank j, or j + 1 from j = r on.
+    slot = torch.arange(anchor.numel(), device=labels.device) - first[anchor]
+    rank = anchor - start[anchor]
+    partner = start[anchor] + slot + (slot >= rank).long()
+    # (partner, anchor) is the partner's (rank of anchor, less one if it comes after)-th pair.
+    swap = first[partner] + rank - (anchor > partner).long()
+    return order[anchor], order[partner], swap
+
+
 class _BatchPull(torch.autograd.Function):
     """Ω_pull of every anchor against the other rows of the same batch, with its gradient
-    written out: the same value as :func:`pull_terms` (z, z, valid, alpha) in two GEMMs and a
-    few B × B passes, where autograd's graph of the same expression took three GEMMs and about
-    twice the passes (the pull was a third of an ELM step).
+    written out: the same value as :func:`pull_terms` (z, z, valid, alpha) on the same-class
+    pairs of :func:`same_class_pairs`, in two GEMMs, where autograd's graph of the same
+    expression took three GEMMs and about twice the passes (the pull was a third of an ELM
+    step), and with every pass after the GEMMs over the pairs only.
 
     With a = z − mean(z), d²_ij = ‖a_i − a_j‖² and P_ij = exp(d²_ij − α_i − Ω_i) the softmax
     weight of pair (i, j) (0 for a masked pair), ∂Ω_i/∂d²_ij = P_ij, and since d² is symmetric
     in its two arguments, ∂L/∂z = 2[(r + c) ⊙ a − (W + Wᵀ) a] with W = diag(g) P and r, c its
-    row and column sums. The clamp of d² at 0 is ignored in the gradient: where it binds, the
-    points coincide and 2(a_i − a_j) is 0 anyway.
+    row and column sums. The pair set is symmetric, so (W + Wᵀ)_ij = W_ij + W_ji is the pair's
+    weight plus its swapped pair's, and r + c the row sums of that. The clamp of d² at 0 is
+    ignored in the gradient: where it binds, the points coincide and 2(a_i − a_j) is 0 anyway.
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, valid: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        z: torch.Tensor,
+        pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        alpha: torch.Tensor,
+    ) -> torch.Tensor:
+        rows, cols, swap = pairs
         a = z - z.mean(dim=0)
-        # Only the same-class pairs enter: exp over the masked majority of a B × B matrix would
-        # cost more than the rest (exp(−inf) takes the slow path, 5× a normal exp on this CPU).
-        rows, cols = valid.nonzero(as_tuple=True)
-        v = squared_distances(a, a)[rows, cols] - alpha[rows]
+        # ‖a_i‖² + ‖a_j‖² − 2 a_i·a_j (squared_distances' form and order), on the pairs only:
+        # exp over the masked majority of a B × B matrix would cost more than the rest (exp(−inf)
+        # takes the slow path, 5× a normal exp on this CPU).
+        sq = a.square().sum(dim=1)
+        gram = (a @ a.t()).view(-1)
+        d2 = (sq[rows] + sq[cols]).sub_(gram[rows * a.shape[0] + cols].mul_(2.0)).clamp_min_(0.0)
+        v = d2.sub_(alpha[rows])
         # log(1 + Σ_j e^{v_ij}) with the 1 as a v = 0 term, shifted by max(0, max_j v_ij).
         top = torch.zeros_like(alpha).scatter_reduce_(0, rows, v, "amax", include_self=True)
-        weights = (v - top[rows]).exp_()
+        weights = v.sub_(top[rows]).exp_()
         total = torch.exp(-top).index_add_(0, rows, weights)
         weights.div_(total[rows])  # P_ij = e^{v_ij − Ω_i}
-        ctx.save_for_backward(a, weights, rows, cols)
-        return top + total.log()
+        ctx.save_for_backward(a, weights, rows, cols, swap)
+        return top.add_(total.log_())
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        a, weights, rows, cols = ctx.saved_tensors
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        a, weights, rows, cols, swap = ctx.saved_tensors
         b = a.shape[0]
         w = weights * grad[rows]
-        degree = torch.zeros(b, dtype=a.dtype, device=a.device)
-        degree.index_add_(0, rows, w).index_add_(0, cols, w)
-        dense = torch.zeros(b, b, dtype=a.dtype, device=a.device).index_put_((rows, cols), w)
-        dense.index_put_((cols, rows), w, accumulate=True)  # W + Wᵀ
-        grad_z = 2.0 * (degree.unsqueeze(1) * a - dense @ a)
+        both = w + w[swap]  # (W + Wᵀ) on the pairs, which are all its non-zeros
+        degree = torch.zeros(b, dtype=a.dtype, device=a.device).index_add_(0, rows, both)
+        dense = torch.zeros(b, b, dtype=a.dtype, device=a.device).index_put_((rows, cols), both)
+        grad_z = torch.addmm(degree.unsqueeze(1) * a, dense, a, alpha=-1.0).mul_(2.0)
         return grad_z, None, None
+
+
+class _MemoryPull(torch.autograd.Function):
+    """Ω_pull of each anchor against the stored embeddings of its class, with the gradient
+    formed in the forward: the same value as :func:`pull_terms` (z, memory[labels], valid,
+    alpha), keeping (B, d) for the backward where autograd kept the (B, memory_size, d) gather
+    and its centred copy (a fifth of the step's peak at C = 3,875).
+
+    Ω_i depends on z_i alone (the centre is detached, the stored positives are constants), so
+    its gradient is a (B, d) Jacobian row per anchor: with a = z − c, p_im the centred
+    positives and P_im = exp(d²_im − α_i − Ω_i) (0 for a masked slot), ∂Ω_i/∂z_i =
+    2 Σ_m P_im (a_i − p_im) = 2 (r_i a_i − Σ_m P_im p_im), r_i = Σ_m P_im. The backward
+    scales it by the incoming gradient, so it needs nothing the training step may since have
+    overwritten (the memory is written right after the forward). As in :class:`_BatchPull`,
+    the clamp of d² at 0 is ignored in the gradient: where it binds, a_i = p_im and the term
+    is 0 anyway.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, z: torch.Tensor, positives: torch.Tensor, valid: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
+        centre = z.mean(dim=0)
+        a = z - centre
+        p = positives.sub_(centre)  # a fresh gather: centred in place
+        sq_p = torch.linalg.vector_norm(p, dim=2).square_()
+        cross = torch.bmm(p, a.unsqueeze(2)).squeeze(2)
+        d2 = sq_p.add_(a.square().sum(dim=1, keepdim=True)).sub_(cross.mul_(2.0)).clamp_min_(0.0)
+        v = d2.sub_(alpha.unsqueeze(1)).masked_fill_(~valid, float("-inf"))
+        # log(1 + Σ_m e^{v_im}): the 1 is a v = 0 term, so shift by max(0, max_m v_im).
+        top = v.amax(dim=1).clamp_min(0.0)
+        weights = v.sub_(top.unsqueeze(1)).exp_()
+        total = torch.exp(-top).add_(weights.sum(dim=1))
+        weights.div_(total.unsqueeze(1))  # P_im
+        pulled = torch.bmm(weights.unsqueeze(1), p).squeeze(1)  # Σ_m P_im p_im
+        jacobian = a.mul_(weights.sum(dim=1, keepdim=True)).sub_(pulled).mul_(2.0)
+        ctx.save_for_backward(jacobian)
+        return top.add_(total.log_())
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        (jacobian,) = ctx.saved_tensors
+        return jacobian * grad.unsqueeze(1), None, None, None
 
 
 def ring_slots(labels: torch.Tensor, written: torch.Tensor, size: int) -> tuple[torch.Tensor, ...]:
@@ -218,7 +300,7 @@ class ELM(Loss):
         prior = counts / counts.sum()
         base = prior if self.alpha == "prior" else counts
         # Derived from the counts, which setup receives again before any load: not checkpointed.
-        # Kept in float64 and cast per step, so float64 inputs see the exact tables.
+        # Kept in float64, so float64 inputs see the exact tables, and cast once (table_like).
         self.register_buffer("log_adjustment", prior_offsets(counts, self.tau), persistent=False)
         self.register_buffer("margins", self.alpha_scale * base**self.alpha_power, persistent=False)
         if self.positives == "memory":
@@ -238,13 +320,11 @@ class ELM(Loss):
             raise RuntimeError("ELM.setup(class_counts) must be called before the loss is used")
         logits, z = batch.logits, batch.embeddings
         labels = batch.labels.long()
-        adjusted = logits + self.log_adjustment.to(logits.dtype)
-        ce = F.cross_entropy(adjusted, labels)
-        alpha = self.margins.to(z.dtype)[labels]
+        offsets = table_like(self, "log_adjustment", logits)
+        ce = adjusted_cross_entropy(logits, labels, offsets=offsets).mean()
+        alpha = table_like(self, "margins", z)[labels]
         if self.positives == "batch":
-            same = labels.unsqueeze(0) == labels.unsqueeze(1)
-            valid = same & ~torch.eye(labels.numel(), dtype=torch.bool, device=z.device)
-            pull = _BatchPull.apply(z, valid, alpha.detach())
+            pull = _BatchPull.apply(z, same_class_pairs(labels), alpha.detach())
         else:
             pull = self._memory_pull(z, labels, alpha)
         return ce + self.lam * pull.mean()
@@ -262,7 +342,8 @@ class ELM(Loss):
         filled = self.memory_written.clamp(max=self.memory_size)[labels]
         slots = torch.arange(self.memory_size, device=z.device)
         valid = slots.unsqueeze(0) < filled.unsqueeze(1)
-        pull = pull_terms(z, self.memory[labels].to(z.dtype), valid, alpha)
+        positives = self.memory[labels].to(z.dtype)  # a fresh (B, memory_size, d) gather
+        pull = _MemoryPull.apply(z, positives, valid, alpha.detach())
         if self.training:
             self._write(z.detach(), labels)
         return pull

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
+from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.class_balanced import (
     NOT_SET_UP,
     class_balanced_weights,
     training_counts,
 )
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 from tailkit.validation import Constraint, Interval
 
 
@@ -76,9 +77,11 @@ class LDAM(Loss):
         # setup() must not overwrite them with another split's tables.
         self.register_buffer("margins", None, persistent=False)
         self.register_buffer("class_weights", None, persistent=False)
+        self.register_buffer("scaled_margins", None, persistent=False)  # −s·m_j, the shift
 
     def setup(self, class_counts: torch.Tensor) -> None:
         self.margins = ldam_margins(class_counts, self.max_m)
+        self.scaled_margins = self.margins * -self.s
         self.class_weights = class_balanced_weights(class_counts, self.beta)
 
     def reweighting(self, epoch: int) -> bool:
@@ -95,15 +98,13 @@ class LDAM(Loss):
                 f"saw counts for {self.margins.numel()}"
             )
         labels = batch.labels.long()
-        column = labels.unsqueeze(1)
-        # The logits already carry s, so the margin must too: s·z − s·m = s·(z − m).
-        shift = (self.margins[labels] * -self.s).to(logits.dtype).unsqueeze(1)
-        per_example = F.cross_entropy(
-            logits.scatter_add(1, column, shift), labels, reduction="none"
-        )
+        # The logits already carry s, so the margin must too: s·z − s·m = s·(z − m). The
+        # product is taken in float64 before the cast, as the tables are.
+        shift = table_like(self, "scaled_margins", logits)[labels]
+        per_example = adjusted_cross_entropy(logits, labels, target_shift=shift)
         if not self.reweighting(batch.epoch):
             return per_example.sum() if self.reduction == "sum" else per_example.mean()
-        w = self.class_weights[labels].to(per_example.dtype)
+        w = table_like(self, "class_weights", per_example)[labels]
         total = (w * per_example).sum()
         return total if self.reduction == "sum" else total / w.sum()
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss, PredictionContext
+from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 from tailkit.validation import Constraint, Interval
 
 #: The ε of the Google code, added *after* the power: log(π^τ + 1e-12).
@@ -24,10 +25,11 @@ def prior_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
 class _NeedsSetup(Loss):
     """A full-mode loss with a per-class offset table built once by :meth:`setup`.
 
-    The table is kept in float64 and cast to the logits' dtype per step (C elements, negligible
-    next to the B × C logits) so float64 checks are exact."""
+    The table is kept in float64, so float64 checks are exact, and cast to the logits' dtype
+    once (:func:`table_like`), not per step."""
 
     offsets: torch.Tensor  # a buffer, registered in __init__
+    reduction: Literal["mean", "sum"]
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,7 +38,10 @@ class _NeedsSetup(Loss):
     def _offsets(self, like: torch.Tensor) -> torch.Tensor:
         if self.offsets.numel() == 0:
             raise RuntimeError(f"{type(self).__name__}: call setup(class_counts) before use")
-        return self.offsets.to(like)
+        return table_like(self, "offsets", like)
+
+    def _reduce(self, per_example: torch.Tensor) -> torch.Tensor:
+        return per_example.sum() if self.reduction == "sum" else per_example.mean()
 
 
 class LogitAdjusted(_NeedsSetup):
@@ -75,9 +80,8 @@ class LogitAdjusted(_NeedsSetup):
 
     def forward(self, batch: FullBatch) -> torch.Tensor:
         logits = batch.logits
-        if self.adjustment == "loss":
-            logits = logits + self._offsets(logits)
-        return F.cross_entropy(logits, batch.labels.long(), reduction=self.reduction)
+        offsets = self._offsets(logits) if self.adjustment == "loss" else None
+        return self._reduce(adjusted_cross_entropy(logits, batch.labels.long(), offsets=offsets))
 
     def adjust_scores(
         self,
@@ -116,8 +120,8 @@ class BalancedSoftmax(_NeedsSetup):
 
     def forward(self, batch: FullBatch) -> torch.Tensor:
         logits = batch.logits
-        adjusted = logits + self._offsets(logits)
-        return F.cross_entropy(adjusted, batch.labels.long(), reduction=self.reduction)
+        offsets = self._offsets(logits)
+        return self._reduce(adjusted_cross_entropy(logits, batch.labels.long(), offsets=offsets))
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"

@@ -1,0 +1,99 @@
+"""Row sums of one-vs-all sigmoid (focal) losses over (B, C) logits, with the gradient written out.
+
+The class-balanced sigmoid and focal losses score every label of every row as its own binary
+problem, so autograd's version of them is a chain of (B, C) elementwise steps, each one saved
+for the backward and each one with a (B, C) gradient: the focal loss kept three (B, C) tensors
+and made five more in its backward. :func:`binary_row_losses` computes the same row sums in the
+passes the value itself needs and forms the gradient in one fused pass from what it kept.
+
+Notation: σ = sigmoid(z), sp(z) = softplus(z) = log(1 + e^z), t = 1 at the row's label and 0
+elsewhere, M = (1 − p_t)^γ the focal modulator (p_t = σ for t = 1, 1 − σ for t = 0). Per entry
+
+    t = 0:  f(z) = σ^γ · sp(z),             f'(z) = γ (1 − σ) f(z) + σ^{γ+1}
+    t = 1:  h(z) = e^{−γ sp(z)} · sp(−z),   h'(z) = −e^{−γ sp(z)} (γ σ sp(−z) + σ(−z))
+
+(γ = 0 is the plain sigmoid BCE: f' = σ, h' = σ − 1). M for t = 0 is σ(z) itself when γ = 1 and
+exp(γ log σ(z)) otherwise, as the class-balanced loss has always computed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+
+def _positive_terms(z_y: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """h(z) and h'(z) of the label entries (B, 1): the t = 1 loss and its derivative."""
+    keep = torch.exp(-gamma * F.softplus(z_y))  # (1 − σ)^γ, stable for any z
+    loss_if_wrong = F.softplus(-z_y)
+    value = keep * loss_if_wrong
+    slope = -keep * (gamma * torch.sigmoid(z_y) * loss_if_wrong + torch.sigmoid(-z_y))
+    return value, slope
+
+
+def _sigmoid_power(z: torch.Tensor, gamma: float) -> torch.Tensor:
+    """σ(z)^γ as exp(γ log σ(z)), one fresh tensor worked in place."""
+    return F.logsigmoid(z).mul_(gamma).exp_()
+
+
+class _BinaryRowLosses(torch.autograd.Function):
+    """Σ_c of f(z_ic) over the t = 0 entries and h(z_iy) at the label, per row (B,).
+
+    The dense work assumes t = 0 everywhere and overwrites the B label entries with their t = 1
+    terms before the row sum: no one-hot, and no t = 0 term subtracted back (which would cancel
+    when it is large). Kept for the backward: the logits (already alive) and, for γ > 0, σ and
+    the products f, so that f' = γ(1 − σ)f + σ^{γ+1} is one pass (a lerp when γ = 1).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, z: torch.Tensor, labels: torch.Tensor, gamma: float) -> torch.Tensor:
+        column = labels.unsqueeze(1)
+        z_y = z.gather(1, column)
+        positive, positive_slope = _positive_terms(z_y, gamma)
+        terms = F.softplus(z)
+        if gamma == 0:
+            sig = None
+        else:
+            sig = torch.sigmoid(z)
+            terms.mul_(sig if gamma == 1 else _sigmoid_power(z, gamma))
+        # The dense terms f without the label entries are what the backward needs; the row sum
+        # needs them with h in place, so the label entries are swapped in and back out.
+        negative_at_label = terms.gather(1, column)
+        row_sums = terms.scatter_(1, column, positive).sum(dim=1)
+        terms.scatter_(1, column, negative_at_label)
+        ctx.gamma = gamma
+        if sig is None:
+            ctx.save_for_backward(z, column, positive_slope)
+        else:
+            ctx.save_for_backward(z, column, positive_slope, sig, terms)
+        return row_sums
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        z, column, positive_slope, *kept = ctx.saved_tensors
+        gamma: float = ctx.gamma
+        if not kept:  # sigmoid BCE: f' = σ
+            slope = torch.sigmoid(z)
+        else:
+            sig, terms = kept
+            if gamma == 1:
+                # f' = (1 − σ)f + σ² = f + σ(σ − f): lerp from f towards σ by σ, one pass.
+                slope = torch.lerp(terms, sig, sig)
+            else:
+                # f' = γ(1 − σ)f + σ^γ·σ, with σ^γ = f / sp recomputed as exp(γ log σ).
+                slope = _sigmoid_power(z, gamma).mul_(sig)
+                slope.addcmul_(terms, 1.0 - sig, value=gamma)
+        slope.scatter_(1, column, positive_slope)
+        return slope.mul_(grad.unsqueeze(1)), None, None
+
+
+def binary_row_losses(logits: torch.Tensor, labels: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Per row (B,): Σ_c M_ic BCE(z_ic, t_ic) with one-hot targets t at ``labels`` (B,) and the
+    focal modulator M = (1 − p_t)^γ (γ = 0: the sigmoid loss, M ≡ 1). Same values and gradient
+    as the elementwise autograd formula; see the module docstring for the terms."""
+    rows: torch.Tensor = _BinaryRowLosses.apply(logits, labels, float(gamma))
+    return rows

@@ -1,0 +1,79 @@
+"""Per-example softmax cross-entropy on adjusted logits, with its gradient written out.
+
+The prior-adjusted losses (logit adjustment, balanced softmax, ELM's CE term) add a per-class
+vector to every row of the (B, C) logits, LDAM subtracts a margin from each row's target logit,
+and the class-balanced and DRW losses weight the rows. Done with autograd, each of these is a
+(B, C) pass and often a (B, C) tensor kept alive for the backward, on top of what
+:func:`torch.nn.functional.cross_entropy` itself keeps; a (B, C) pass is the unit of a
+full-softmax step's cost beside its GEMMs. :func:`adjusted_cross_entropy` folds the adjustment
+into the one copy the log-softmax needs anyway and writes the backward as softmax − one-hot,
+so an adjusted loss costs plain CE plus one (B, C) add.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+
+class _AdjustedCrossEntropy(torch.autograd.Function):
+    """ℓ_i = log Σ_j exp(a_ij) − a_{i y_i} with a = f + o (+ s_i at (i, y_i)), per row (B,).
+
+    ∂ℓ_i/∂f_ij = softmax(a_i)_j − [j = y_i]: the offsets and shifts are constants, so the
+    gradient of the adjusted logits is the gradient of the logits. Only the log-softmax (B, C)
+    is kept for the backward; the adjusted copy is dropped as soon as it has been normalised.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        offsets: torch.Tensor | None,
+        target_shift: torch.Tensor | None,
+    ) -> torch.Tensor:
+        column = labels.unsqueeze(1)
+        adjusted = logits if offsets is None else logits + offsets
+        if target_shift is not None:
+            if adjusted is logits:  # never write into the caller's logits
+                adjusted = logits.clone()
+            adjusted.scatter_add_(1, column, target_shift.unsqueeze(1))
+        log_p = torch.log_softmax(adjusted, dim=1)
+        del adjusted
+        ctx.save_for_backward(log_p, column)
+        return -log_p.gather(1, column).squeeze(1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        log_p, column = ctx.saved_tensors
+        # A fresh tensor, not log_p in place: gradcheck (and retain_graph) run a backward twice.
+        grad_logits = log_p.exp().mul_(grad.unsqueeze(1))
+        grad_logits.scatter_add_(1, column, -grad.unsqueeze(1))
+        return grad_logits, None, None, None
+
+
+def adjusted_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    offsets: torch.Tensor | None = None,
+    target_shift: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-example cross-entropy (B,) of ``logits + offsets``, each row's target logit moved by
+    ``target_shift``; ``F.cross_entropy(adjusted, labels, reduction="none")`` in value and
+    gradient, without its (B, C) temporaries.
+
+    ``logits`` (B, C); ``labels`` (B,) int64; ``offsets`` (C,) added to every row (a constant:
+    it gets no gradient); ``target_shift`` (B,) added to logit (i, y_i) only (also constant).
+    Both must already have the logits' dtype and device. The caller reduces (mean, sum, a
+    weighted sum) with ordinary autograd on the (B,) result.
+    """
+    if offsets is not None:
+        offsets = offsets.detach()
+    if target_shift is not None:
+        target_shift = target_shift.detach()
+    loss: torch.Tensor = _AdjustedCrossEntropy.apply(logits, labels, offsets, target_shift)
+    return loss

@@ -1,0 +1,234 @@
+"""The hand-written autograd functions the full-mode losses share, and the cast-once tables.
+
+Each function is checked in float64 against the plain autograd formula it replaces (values and
+gradients) and with torch.autograd.gradcheck, on logits wide enough to reach the stable and the
+extreme branches of softplus and log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tailkit.plugins.losses.cast_tables import table_like
+from tailkit.plugins.losses.dro_lt import _BatchPrototypeDRO, dro_loss
+from tailkit.plugins.losses.elm import _BatchPull, _MemoryPull, pull_terms, same_class_pairs
+from tailkit.plugins.losses.fused_binary import binary_row_losses
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+
+
+def random_case(seed: int, rows: int = 5, classes: int = 7, scale: float = 4.0):
+    gen = torch.Generator().manual_seed(seed)
+    logits = scale * torch.randn(rows, classes, generator=gen, dtype=torch.float64)
+    labels = torch.randint(classes, (rows,), generator=gen)
+    offsets = torch.randn(classes, generator=gen, dtype=torch.float64)
+    shift = -torch.rand(rows, generator=gen, dtype=torch.float64)
+    return logits.requires_grad_(), labels, offsets, shift
+
+
+def reference_cross_entropy(logits, labels, offsets, shift):
+    adjusted = logits if offsets is None else logits + offsets
+    if shift is not None:
+        adjusted = adjusted.scatter_add(1, labels.unsqueeze(1), shift.unsqueeze(1))
+    return F.cross_entropy(adjusted, labels, reduction="none")
+
+
+def reference_binary(z, labels, gamma):
+    """The elementwise formula of the class-balanced loss, one-hot and all."""
+    t = F.one_hot(labels, z.shape[1]).to(z.dtype)
+    p_t = torch.where(t == 1, torch.sigmoid(z), 1 - torch.sigmoid(z))
+    bce = F.softplus(z) - t * z
+    return ((1 - p_t) ** gamma * bce).sum(dim=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("with_offsets", [False, True])
+@pytest.mark.parametrize("with_shift", [False, True])
+def test_adjusted_cross_entropy_matches_autograd(seed, with_offsets, with_shift) -> None:
+    logits, labels, offsets, shift = random_case(seed)
+    offsets = offsets if with_offsets else None
+    shift = shift if with_shift else None
+    weights = torch.rand(labels.shape, dtype=torch.float64)
+    got = adjusted_cross_entropy(logits, labels, offsets=offsets, target_shift=shift)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), logits)
+    want = reference_cross_entropy(logits, labels, offsets, shift)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), logits)
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("with_offsets", [False, True])
+@pytest.mark.parametrize("with_shift", [False, True])
+def test_adjusted_cross_entropy_gradcheck(with_offsets, with_shift) -> None:
+    logits, labels, offsets, shift = random_case(3)
+    offsets = offsets if with_offsets else None
+    shift = shift if with_shift else None
+    assert torch.autograd.gradcheck(
+        lambda x: adjusted_cross_entropy(x, labels, offsets=offsets, target_shift=shift),
+        (logits,),
+    )
+
+
+def test_adjusted_cross_entropy_leaves_the_logits_alone() -> None:
+    logits, labels, _, shift = random_case(4)
+    before = logits.detach().clone()
+    adjusted_cross_entropy(logits, labels, target_shift=shift).sum().backward()
+    assert torch.equal(logits.detach(), before)
+
+
+def test_adjusted_cross_entropy_takes_minus_infinity_offsets() -> None:
+    """Balanced softmax gives a label with no training row log 0 = −inf."""
+    logits, labels, offsets, _ = random_case(5)
+    labels = labels.clamp(max=5)
+    offsets[6] = float("-inf")
+    got = adjusted_cross_entropy(logits, labels, offsets=offsets)
+    got.sum().backward()
+    assert torch.isfinite(got).all()
+    assert logits.grad is not None
+    assert torch.isfinite(logits.grad).all()
+    assert torch.equal(logits.grad[:, 6], torch.zeros(labels.numel(), dtype=torch.float64))
+
+
+def test_adjusted_cross_entropy_float32_equals_cross_entropy() -> None:
+    logits, labels, offsets, _ = random_case(6, rows=64, classes=300, scale=30.0)
+    x = logits.detach().float()
+    got = adjusted_cross_entropy(x, labels, offsets=offsets.float())
+    want = F.cross_entropy(x + offsets.float(), labels, reduction="none")
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_binary_row_losses_match_the_elementwise_formula(gamma, seed) -> None:
+    logits, labels, _, _ = random_case(seed, scale=6.0)
+    weights = torch.rand(labels.shape, dtype=torch.float64)
+    got = binary_row_losses(logits, labels, gamma)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), logits)
+    want = reference_binary(logits, labels, gamma)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), logits)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0, 2.0])
+def test_binary_row_losses_gradcheck(gamma) -> None:
+    logits, labels, _, _ = random_case(7, scale=6.0)
+    assert torch.autograd.gradcheck(lambda x: binary_row_losses(x, labels, gamma), (logits,))
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0, 2.0])
+def test_binary_row_losses_stay_finite_for_extreme_float32_logits(gamma) -> None:
+    z = torch.tensor([[-200.0, 200.0, 0.0], [200.0, -200.0, 90.0]], requires_grad=True)
+    labels = torch.tensor([0, 0])
+    rows = binary_row_losses(z, labels, gamma)
+    rows.sum().backward()
+    assert torch.isfinite(rows).all()
+    assert z.grad is not None
+    assert torch.isfinite(z.grad).all()
+
+
+def test_table_like_casts_once_and_again_after_a_change() -> None:
+    module = torch.nn.Module()
+    module.register_buffer("table", torch.tensor([1.0, 2.0], dtype=torch.float64))
+    like = torch.zeros(1, dtype=torch.float32)
+    first = table_like(module, "table", like)
+    assert first.dtype == torch.float32
+    assert table_like(module, "table", like) is first
+    module.table.mul_(2.0)  # an in-place edit bumps the version counter
+    assert table_like(module, "table", like).tolist() == [2.0, 4.0]
+    module.table = torch.tensor([5.0], dtype=torch.float64)  # a new table (a new setup)
+    assert table_like(module, "table", like).tolist() == [5.0]
+    assert table_like(module, "table", like.double()).dtype == torch.float64
+
+
+def memory_case(seed: int, rows: int = 6, slots: int = 4, dim: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(rows, dim, generator=gen, dtype=torch.float64) + 0.5
+    positives = torch.randn(rows, slots, dim, generator=gen, dtype=torch.float64)
+    valid = torch.rand(rows, slots, generator=gen) < 0.6
+    valid[0] = False  # an anchor whose class has nothing stored yet
+    alpha = torch.rand(rows, generator=gen, dtype=torch.float64) * 3
+    return z.requires_grad_(), positives, valid, alpha
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_memory_pull_matches_pull_terms(seed) -> None:
+    z, positives, valid, alpha = memory_case(seed)
+    weights = torch.rand(z.shape[0], dtype=torch.float64)
+    got = _MemoryPull.apply(z, positives.clone(), valid, alpha)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), z)
+    want = pull_terms(z, positives, valid, alpha)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), z)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
+    assert got[0].item() == 0.0
+
+
+def test_memory_pull_gradcheck() -> None:
+    z, positives, valid, alpha = memory_case(3)
+    assert torch.autograd.gradcheck(
+        lambda x: _MemoryPull.apply(x, positives.clone(), valid, alpha), (z,)
+    )
+
+
+@pytest.mark.parametrize("labels", [[3, 1, 3, 3, 0, 1, 2], [5], [2, 2], [0, 1, 2], [4, 4, 4, 4]])
+def test_same_class_pairs_are_the_off_diagonal_of_the_label_mask(labels) -> None:
+    y = torch.tensor(labels)
+    rows, cols, swap = same_class_pairs(y)
+    mask = (y.unsqueeze(0) == y.unsqueeze(1)) & ~torch.eye(y.numel(), dtype=torch.bool)
+    want = set(zip(*(t.tolist() for t in mask.nonzero(as_tuple=True)), strict=True))
+    got = list(zip(rows.tolist(), cols.tolist(), strict=True))
+    assert len(got) == len(set(got)) and set(got) == want
+    assert torch.equal(rows[swap], cols) and torch.equal(cols[swap], rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batch_pull_matches_pull_terms(seed) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    z = (torch.randn(9, 3, generator=gen, dtype=torch.float64) + 0.5).requires_grad_()
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 1, 0])
+    alpha = torch.rand(9, generator=gen, dtype=torch.float64) * 3
+    weights = torch.rand(9, dtype=torch.float64)
+    got = _BatchPull.apply(z, same_class_pairs(labels), alpha)
+    (got_grad,) = torch.autograd.grad((weights * got).sum(), z)
+    valid = (labels.unsqueeze(0) == labels.unsqueeze(1)) & ~torch.eye(9, dtype=torch.bool)
+    want = pull_terms(z, z, valid, alpha)
+    (want_grad,) = torch.autograd.grad((weights * want).sum(), z)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda x: _BatchPull.apply(x, same_class_pairs(labels), alpha), (z,)
+    )
+
+
+def dro_case(seed: int, coincide: bool = False):
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.tensor([4, 1, 4, 0, 1, 4, 2])
+    classes, owner = torch.unique(labels, return_inverse=True)
+    z = torch.randn(7, 3, generator=gen, dtype=torch.float64) + 2.0
+    prototypes = torch.randn(classes.numel(), 3, generator=gen, dtype=torch.float64) * 0.5 + 2.0
+    if coincide:  # a class seen once whose prototype is its feature
+        prototypes[owner[3]] = z[3]
+    epsilon = torch.rand(6, generator=gen, dtype=torch.float64) * 2 - 0.5
+    return z.requires_grad_(), labels, classes, owner, prototypes, epsilon.requires_grad_()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.3])
+@pytest.mark.parametrize("coincide", [False, True])
+def test_batch_prototype_dro_matches_dro_loss(temperature, coincide) -> None:
+    z, labels, classes, owner, prototypes, epsilon = dro_case(0, coincide)
+    got = _BatchPrototypeDRO.apply(z, labels, prototypes, owner, epsilon, temperature)
+    got_grads = torch.autograd.grad(got, (z, epsilon))
+    want = dro_loss(z, labels, prototypes, classes, epsilon, temperature)
+    want_grads = torch.autograd.grad(want, (z, epsilon))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_batch_prototype_dro_gradcheck() -> None:
+    z, labels, _, owner, prototypes, epsilon = dro_case(1)
+    assert torch.autograd.gradcheck(
+        lambda x, e: _BatchPrototypeDRO.apply(x, labels, prototypes, owner, e, 0.5), (z, epsilon)
+    )
