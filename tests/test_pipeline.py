@@ -10,13 +10,13 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from conftest import BIN, TINY_PARAMS, make_project, run
+from conftest import BIN, TINY_DECOUPLED, TINY_PARAMS, make_project, run
 
 from tailkit.metrics_file import headline
 from tailkit.reporting.figures import read_class_bins
 
 pytestmark = pytest.mark.slow
-TINY_EXPERIMENTS = (*TINY_PARAMS["experiments"], *TINY_PARAMS["decoupled"])
+TINY_EXPERIMENTS = (*TINY_PARAMS["experiments"], *TINY_DECOUPLED)
 
 
 def metrics_loss(experiment: str) -> str:
@@ -224,7 +224,6 @@ def test_extra_seeds_run_as_their_own_stages_and_aggregate_to_mean_and_std(tmp_p
     params = copy.deepcopy(TINY_PARAMS)
     params["base"]["extra_seeds"] = [1, 2]
     params["experiments"] = {"softmax": params["experiments"]["softmax"]}
-    params["decoupled"] = {}
     params["samplers"] = {}
     project = make_project(tmp_path / "seeds", params)
     out = run(["dvc", "repro"], project).stdout
