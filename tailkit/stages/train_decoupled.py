@@ -29,6 +29,7 @@ from tailkit.checksum import params_hash
 from tailkit.codehash import experiment_code, module_fingerprint
 from tailkit.components import Loss, PredictionContext
 from tailkit.errors import InvalidParameterError
+from tailkit.evaluation.embeddings import embed
 from tailkit.experiment import (
     build_objective,
     check_labels,
@@ -48,7 +49,6 @@ from tailkit.training.decoupled import (
     Embedded,
     ScaleTraining,
     choose_tau,
-    embed_rows,
     learn_scales,
     scores_of,
     tau_normalised,
@@ -138,9 +138,10 @@ def run(
     assert val_set.x is not None and val_set.labels is not None
     data = _Inputs(
         start,
-        embed_rows(start.encoder, train_set.x, device),
+        # Φ(x) once, in evaluation mode (no dropout, no augmentation): the encoder is frozen
+        embed(start.encoder, train_set.x, device).to(device),
         train_set.labels,
-        embed_rows(start.encoder, val_set.x, device),
+        embed(start.encoder, val_set.x, device).to(device),
         val_set.labels,
         torch.as_tensor(start.meta["train_counts"], dtype=torch.float64),
     )
@@ -149,7 +150,7 @@ def run(
     elif classifier == "crt":
         outcome = _retrain(params, layout, registry, experiment, loss, optimizer, data, progress)
     else:
-        outcome = _scales(params, experiment, loss, optimizer, data)
+        outcome = _scales(params, experiment, settings, loss, optimizer, data)
 
     with atomic_dir(layout.model(experiment)) as tmp:
         save_model(
@@ -206,11 +207,17 @@ def _tau_norm(params: Params, settings: dict[str, Any], data: _Inputs) -> _Outco
     )
 
 
-def _scales(params: Params, experiment: str, loss: Loss, optimizer: Any, data: _Inputs) -> _Outcome:
+def _scales(
+    params: Params,
+    experiment: str,
+    settings: dict[str, Any],
+    loss: Loss,
+    optimizer: Any,
+    data: _Inputs,
+) -> _Outcome:
     """LWS: per-class scales of the first stage's layer, learned on the frozen embeddings."""
     start = data.start
     device = start.layer.weight.device
-    settings = params.resolved(experiment)
     cfg = _loop_config(params, experiment, settings, start.layer.num_classes, start.layer.dim)
     rows = data.z_train.shape[0]
     loss = loss.to(device)

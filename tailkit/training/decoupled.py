@@ -50,15 +50,6 @@ class Embedded(Encoder):
         return z
 
 
-@torch.no_grad()
-def embed_rows(encoder: Encoder, x: Any, device: torch.device, batch: int = 4096) -> torch.Tensor:
-    """Φ(x) of every row (N, d) float32 on ``device``, in evaluation mode (no dropout, no
-    augmentation), a block of rows at a time."""
-    encoder.eval()
-    blocks = [encoder(x[lo : lo + batch].to(device)).float() for lo in range(0, len(x), batch)]
-    return torch.cat(blocks) if blocks else torch.empty(0, encoder.out_dim, device=device)
-
-
 def check_linear(layer: OutputLayer, what: str) -> None:
     """τ-norm and LWS rescale the rows of a dot-product classifier; a cosine layer (LDAM's) has
     none to rescale."""
