@@ -210,12 +210,14 @@ def train(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> 
 @cli.command("train-decoupled")
 @params_option
 @click.option("--experiment", required=True, help="Key of params.decoupled to train.")
+@seed_option
 @quiet_option
-def train_decoupled(params_path: Path, experiment: str, quiet: bool) -> None:
-    """Train the second stage of a decoupled run (cRT, tau-norm, LWS) on its first stage."""
+def train_decoupled(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
+    """Train the second stage of a decoupled run (cRT, tau-norm, LWS) on its first stage (with
+    --seed: on the first stage's run with that seed)."""
     from tailkit.stages import train_decoupled as stage
 
-    _train(stage.run, params_path, experiment, quiet, "train-decoupled")
+    _train(stage.run, params_path, experiment, quiet, "train-decoupled", seed)
 
 
 def _train(

@@ -20,6 +20,7 @@ import yaml
 
 from tailkit.errors import InvalidParameterError, did_you_mean
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
+from tailkit.paths import Layout
 from tailkit.validation import SEED, Interval, Options, validate_options
 
 NO_SAMPLER = "none"
@@ -226,23 +227,36 @@ class Params:
                 f"{self.source}: base.extra_seeds: no seed {seed}; listed: "
                 + (", ".join(map(str, self.base.extra_seeds)) or "none")
             )
-        if exp.decoupled:
-            raise InvalidParameterError(
-                f"{self.source}: decoupled.{experiment}: runs of decoupled take base.seed only"
-            )
         name = f"{experiment}{SEED_RUN}{seed}"
+        runs = {name: exp}
+        if exp.decoupled:  # its second stage starts from its first stage's run with `seed`
+            first = f"{exp.decoupled['init_from']}{SEED_RUN}{seed}"
+            runs = {
+                first: self.experiment(exp.decoupled["init_from"]),
+                name: dataclasses.replace(exp, decoupled={**exp.decoupled, "init_from": first}),
+            }
         return (
             dataclasses.replace(
                 self,
                 base=dataclasses.replace(self.base, seed=seed),
-                experiments={**self.experiments, name: exp},
+                experiments={**self.experiments, **runs},
             ),
             name,
         )
 
     def train_stage(self, name: str) -> str:
-        """The DVC stage that trains experiment ``name``."""
-        return f"train-decoupled@{name}" if self.experiment(name).decoupled else f"train@{name}"
+        """The DVC stage that trains run ``name`` (an experiment or one of its seed runs)."""
+        base, sep, seed = name.rpartition(SEED_RUN)
+        kind = "-decoupled" if self.experiment(name).decoupled else ""
+        return f"train{kind}-seed@{base}-{seed}" if sep else f"train{kind}@{name}"
+
+    def model_dir(self, layout: Layout, name: str) -> Path:
+        """Where run ``name``'s model lives: ``data/models/<name>``, but for the seed runs of a
+        decoupled run (``layout.decoupled_seed_model``), whose stage depends on data/models as
+        a whole (it cannot name its first stage's seed run) and so cannot write inside it."""
+        if self.experiment(name).decoupled and SEED_RUN in name:
+            return layout.decoupled_seed_model(name)
+        return layout.model(name)
 
     def experiment(self, name: str) -> ExperimentParams:
         if name not in self.experiments:

@@ -60,6 +60,10 @@ class Layout:
     def model(self, experiment: str) -> Path:
         return self.root / "data" / "models" / experiment
 
+    def decoupled_seed_model(self, name: str) -> Path:
+        """A decoupled run's model with one of ``base.extra_seeds`` (``<run>+seed<s>``)."""
+        return self.root / "data" / "decoupled-seeds" / name
+
     def checkpoint(self, experiment: str) -> Path:
         return self.root / "data" / "checkpoints" / experiment
 

@@ -40,7 +40,9 @@ def restore(
     """The experiment trained by ``train@<experiment>``, on ``device``."""
     loss, _ = build_objective(params, experiment, registry)
     meta = read_meta(feature_dir(params, layout, experiment))
-    state, info = load_model(layout.model(experiment), params.train_stage(experiment), device)
+    state, info = load_model(
+        params.model_dir(layout, experiment), params.train_stage(experiment), device
+    )
     encoder = build_model(params, experiment, registry, info["in_dim"])
     encoder.load_state_dict(state["encoder"])
     encoder, loss = encoder.to(device), loss.to(device)
@@ -60,5 +62,5 @@ def restore_learner(
     """A model that trains itself (napkinXC, omikuji), its saved info and the feature meta."""
     meta = read_meta(feature_dir(params, layout, experiment))
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
-    info = load_learner(layout.model(experiment), params.train_stage(experiment), model)
+    info = load_learner(params.model_dir(layout, experiment), params.train_stage(experiment), model)
     return model, info, meta

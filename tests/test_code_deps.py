@@ -20,6 +20,8 @@ STAGE_MODULES = {
     "train": "train",
     "evaluate": "evaluate",
     "train-decoupled": "train_decoupled",
+    "train-decoupled-seed": "train_decoupled",
+    "evaluate-decoupled-seed": "evaluate",
     "evaluate-decoupled": "evaluate",
     "train-seed": "train",
     "evaluate-seed": "evaluate",

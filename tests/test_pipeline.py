@@ -9,9 +9,11 @@ import subprocess
 import numpy as np
 import polars as pl
 import pytest
+import torch
 import yaml
 from conftest import BIN, TINY_DECOUPLED, TINY_PARAMS, make_project, run
 
+from tailkit import tensorfile
 from tailkit.metrics_file import headline
 from tailkit.reporting.figures import read_class_bins
 
@@ -225,9 +227,16 @@ def test_extra_seeds_run_as_their_own_stages_and_aggregate_to_mean_and_std(tmp_p
     params["base"]["extra_seeds"] = [1, 2]
     params["experiments"] = {"softmax": params["experiments"]["softmax"]}
     params["samplers"] = {}
+    params["decoupled"] = TINY_DECOUPLED  # crt on softmax: its seed runs start from softmax's
     project = make_project(tmp_path / "seeds", params)
     out = run(["dvc", "repro"], project).stdout
-    for stage in ("train-seed@softmax-1", "train-seed@softmax-2", "evaluate-seed@softmax-2"):
+    for stage in (
+        "train-seed@softmax-1",
+        "train-seed@softmax-2",
+        "evaluate-seed@softmax-2",
+        "train-decoupled-seed@crt-1",
+        "evaluate-decoupled-seed@crt-2",
+    ):
         assert f"Running stage '{stage}'" in out
     details = [
         json.loads((project / "metrics" / "detail" / f"{name}.json").read_text())
@@ -248,6 +257,20 @@ def test_extra_seeds_run_as_their_own_stages_and_aggregate_to_mean_and_std(tmp_p
         assert entry["values"] == values.tolist()
         assert entry["mean"] == pytest.approx(np.mean(values), rel=1e-12)
         assert entry["std"] == pytest.approx(np.std(values, ddof=1), rel=1e-12)
+    # each seed run of crt re-trains the classifier of softmax's run with the same seed
+    crt_aggregate = json.loads((project / "metrics" / "seeds.json").read_text())["crt"]
+    assert crt_aggregate["seeds"] == [0, 1, 2]
+    for seed, first in ((1, "softmax+seed1"), (2, "softmax+seed2")):
+        model = project / "data" / "decoupled-seeds" / f"crt+seed{seed}"
+        crt = tensorfile.load(model / "model.safetensors")["encoder"]
+        stage1 = tensorfile.load(project / "data" / "models" / first / "model.safetensors")
+        assert crt.keys() == stage1["encoder"].keys()
+        assert all(torch.equal(crt[k], stage1["encoder"][k]) for k in crt)
+        info = json.loads((model / "model.json").read_text())
+        assert info["decoupled"]["init_from"] == first
+        detail = json.loads((project / "metrics" / "detail" / f"crt+seed{seed}.json").read_text())
+        assert detail["train"]["seed"] == seed
+        assert crt_aggregate["test.accuracy"]["values"][seed] == detail["test"]["accuracy"]
     summary = (project / "reports" / "summary.md").read_text()
     row = next(line for line in summary.splitlines() if line.startswith("| softmax |"))
     mean, std = aggregate["test.accuracy"]["mean"], aggregate["test.accuracy"]["std"]

@@ -133,11 +133,9 @@ def workspace_runs(params: Params, layout: Layout, with_time: bool = True) -> li
     for name in params.experiments:
         prefix = "-decoupled" if params.experiment(name).decoupled else ""
         runs.append(run(params, name, name, f"{prefix}@{name}"))
-        if prefix:
-            continue
         for seed in params.base.extra_seeds:
             seeded, output = params.seed_run(name, seed)
-            runs.append(run(seeded, name, output, f"-seed@{name}-{seed}"))
+            runs.append(run(seeded, name, output, f"{prefix}-seed@{name}-{seed}"))
     return runs
 
 

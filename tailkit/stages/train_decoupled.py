@@ -152,7 +152,7 @@ def run(
     else:
         outcome = _scales(params, experiment, settings, loss, optimizer, data)
 
-    with atomic_dir(layout.model(experiment)) as tmp:
+    with atomic_dir(params.model_dir(layout, experiment)) as tmp:
         save_model(
             tmp,
             {
