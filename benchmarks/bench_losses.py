@@ -2,6 +2,7 @@
 
     python benchmarks/bench_losses.py [--rounds 7] [--steps 10] [--batch 512] [--classes 3875]
                                       [--memory-steps 3] [--no-memory] [--only NAME ...]
+                                      [--system-malloc]
 
 One full training step as the loop runs it (mlp encoder 512 → 512 → 128, the core's output
 layer built for the loss, forward, loss, backward, row-sparse Adagrad on the layer and Adagrad
@@ -11,7 +12,9 @@ counts, B = 512; ``--classes 100000`` for the extreme shape, same B). Cases are 
 step time and its IQR, and the median over rounds of the case's time over CE's time *in the same
 round* (goal: ≤ 1.05) with that ratio's IQR: on a shared machine whose load comes and goes, a
 round's ratio cancels the load of that round, where the ratio of two medians would not. The
-machine's FP32 GEMM GFLOP/s is printed for scale.
+machine's FP32 GEMM GFLOP/s is printed for scale. The timing runs with glibc's malloc set up as
+the ``tailkit`` command sets it for the stages (tailkit/allocator.py: freed blocks reused, not
+faulted in anew; ``--system-malloc`` times glibc's defaults instead).
 
 Peak memory. torch's CPU tensors come from malloc, which tracemalloc does not see and which
 keeps freed blocks for reuse, so neither Python's counters nor a process's RSS alone say what a
@@ -41,6 +44,7 @@ import time
 import torch
 from bench_step import gemm_gflops  # benchmarks/ is the script's directory, on sys.path
 
+from tailkit.allocator import TUNABLES, reexec_with_tuned_malloc
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
 from tailkit.training.optim import RowSparseAdagrad
@@ -134,7 +138,8 @@ def measure_memory(name: str, args) -> dict[str, int]:
         f"--memory-steps={args.memory_steps}",
         f"--peak-of={name}",
     ]
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}  # glibc's defaults
+    env["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -158,14 +163,22 @@ def main() -> None:
     parser.add_argument("--memory-steps", type=int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="time only")
     parser.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # the subprocess
+    parser.add_argument(
+        "--system-malloc", action="store_true", help="time with glibc's malloc as it comes"
+    )
     args = parser.parse_args()
     if args.peak_of is not None:
         peak_of_one_case(args.peak_of, args)
         return
+    if not args.system_malloc:
+        # Timed with malloc as the `tailkit` command runs the stages (tailkit/allocator.py);
+        # the memory subprocesses start with glibc's defaults and their own setting.
+        reexec_with_tuned_malloc()
 
     registry = make_registry()
     counts = zipf_counts(args.classes)
     names = args.only or list(LOSSES)
+    tuned = all(t in os.environ.get("GLIBC_TUNABLES", "") for t in TUNABLES)
     if "ce" not in names:
         names = ["ce", *names]
     # Memory first, one case at a time, before this process holds every case.
@@ -185,7 +198,8 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, FP32 GEMM "
         f"{gemm_gflops():.0f} GFLOP/s; B={args.batch}, C={args.classes}, mlp 512-512-128, "
-        f"{args.rounds} rounds x {args.steps} steps, interleaved"
+        f"{args.rounds} rounds x {args.steps} steps, interleaved, "
+        f"malloc {'keeps freed blocks' if tuned else 'as the system has it'}"
     )
     header = f"{'loss':<24}{'median ms':>10}{'IQR ms':>9}{'time / CE':>11}{'IQR':>7}"
     if memory:

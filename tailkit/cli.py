@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from tailkit import progress
+from tailkit.allocator import reexec_with_tuned_malloc
 from tailkit.catalog import load_catalog, records
 from tailkit.errors import InvalidParameterError, TailkitError
 from tailkit.params import Params, load_params
@@ -481,4 +482,5 @@ def options(kind: str, name: str) -> None:
 
 
 def main() -> None:
+    reexec_with_tuned_malloc()  # glibc reads its malloc settings at start (tailkit/allocator.py)
     cli()
