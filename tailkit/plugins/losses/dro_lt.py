@@ -6,7 +6,6 @@ from functools import partial
 from typing import Any, ClassVar, Literal, overload
 
 import torch
-import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
@@ -14,6 +13,7 @@ from tailkit.plugins.losses.elm import (
     grow_lazy_buffers,
     squared_distances,
 )
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -276,10 +276,13 @@ class DROLT(Loss):
             raise RuntimeError("DROLT.setup(class_counts) must be called before the loss is used")
         logits, z = batch.logits, batch.embeddings
         labels = batch.labels.long()
-        if self.ce_weighting == "head-up":
-            ce = F.cross_entropy(logits, labels, weight=self.ce_weights.to(logits.dtype))
+        # F.cross_entropy's value and gradient without its (B, C) one-hot gradient pass
+        per_example = adjusted_cross_entropy(logits, labels)
+        if self.ce_weighting == "head-up":  # PyTorch's weighted mean, as F.cross_entropy's
+            w = self.ce_weights.to(logits.dtype)[labels]
+            ce = (w * per_example).sum() / w.sum()
         else:
-            ce = F.cross_entropy(logits, labels)
+            ce = per_example.mean()
         if self.prototypes.shape[-1] != z.shape[-1]:
             if self.seen.any():
                 raise ValueError(
