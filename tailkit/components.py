@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 import numpy as np
 import torch
 
+from tailkit.distributed.world import ONE_PROCESS, World
+
 Modality = Literal["dense", "sparse", "image"]
 MODALITIES: tuple[str, ...] = get_args(Modality)
 
@@ -246,8 +248,10 @@ class FullBatch(Batch):
 
     ``logits`` (B, L) are the scores of labels ``label_start`` … ``label_start + L − 1``, out of
     ``num_classes`` labels in all. Training in one process hands the whole range (``label_start
-    = 0``, L = C; :attr:`whole`); a label-sharded run will hand each process its own range, and
-    a loss that cannot reduce over a shard declares so. ``labels`` is (B,) int64 ids, or (B, k)
+    = 0``, L = C; :attr:`whole`); a label-sharded run hands each of its processes (``world``,
+    :class:`tailkit.distributed.world.World`) its own range and the embeddings of the whole
+    global batch. A loss that can reduce over a shard sets ``Loss.shardable`` and combines its
+    per-rank parts with :mod:`tailkit.distributed.ops`. ``labels`` is (B,) int64 ids, or (B, k)
     ids padded with −1 when the loss takes multi-label rows (``Loss.multilabel``; a row may have
     none).
     """
@@ -255,6 +259,7 @@ class FullBatch(Batch):
     logits: torch.Tensor
     num_classes: int
     label_start: int = 0
+    world: World = ONE_PROCESS
 
     @property
     def label_stop(self) -> int:
@@ -470,6 +475,12 @@ class Loss(torch.nn.Module):
     #: (LDAM); None for the usual dot products plus bias. The core reads it (on the instance)
     #: when it builds the output layer, for training and for evaluation alike.
     cosine_scale: float | None = None
+    #: Whether a full-mode loss reduces over the labels only through tailkit.distributed.ops
+    #: (so it gives one process's value and gradients on a label shard, FullBatch.world) and
+    #: scales the gradient of any term it computes from the replicated embeddings by 1/W. A
+    #: label-sharded run refuses a full-mode loss without it. The core reads the instance's
+    #: value (a loss may say so for some of its settings only).
+    shardable: bool = False
 
     def setup(self, class_counts: torch.Tensor) -> None:
         """Called by the core once before training and before evaluation, after ``.to(device)``

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from spawn_world import run_world
 
 from tailkit.distributed.ops import (
     gather_rows,
@@ -24,20 +24,6 @@ from tailkit.evaluation.topk import chunk_topk, rank_topk
 from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 
 C, BLOCK, B = 13, 4, 6  # 4 blocks: at W = 2 the shards hold 8 and 5 labels
-
-
-def _worker(rank: int, size: int, rendezvous: str, check, args) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=size)
-    try:
-        check(World(rank, size), *args)
-    finally:
-        dist.destroy_process_group()
-
-
-def run_world(tmp_path, check, size: int = 2, *args) -> None:
-    """``check(world, *args)`` in ``size`` gloo processes; a failed assertion fails the test."""
-    mp.spawn(_worker, args=(size, str(tmp_path / "rendezvous"), check, args), nprocs=size)
 
 
 def _data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,6 +38,10 @@ class World:
         return shard_range(num_classes, self.rank, self.size, block)
 
 
+#: One process, every label its own: what a run without torch.distributed is.
+ONE_PROCESS = World()
+
+
 def shard_range(
     num_classes: int, rank: int, size: int, block: int = LABEL_BLOCK
 ) -> tuple[int, int]:
@@ -55,4 +59,4 @@ def current_world() -> World:
     """The default process group as a :class:`World`, or one process when none is set up."""
     if dist.is_available() and dist.is_initialized():
         return World(dist.get_rank(), dist.get_world_size())
-    return World()
+    return ONE_PROCESS

@@ -11,7 +11,7 @@ import torch
 from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.fused_binary import binary_row_losses
-from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
 from tailkit.validation import Constraint, Interval
 
 NOT_SET_UP = "call setup(class_counts) first: the per-class tables are built there"
@@ -94,6 +94,8 @@ class ClassBalancedLoss(Loss):
         # Derived from the training counts in setup(), never saved: a checkpoint loaded after
         # setup() must not overwrite them with another split's tables.
         self.register_buffer("class_weights", None, persistent=False)
+        # the sigmoid and focal row sums are not reduced over a label shard (yet)
+        self.shardable = loss_type == "softmax"
 
     def setup(self, class_counts: torch.Tensor) -> None:
         self.class_weights = class_balanced_weights(class_counts, self.beta)
@@ -115,14 +117,14 @@ class ClassBalancedLoss(Loss):
         logits = batch.logits
         if self.class_weights is None:
             raise RuntimeError(f"{type(self).__name__}: {NOT_SET_UP}")
-        if logits.shape[-1] != self.class_weights.numel():
+        if batch.num_classes != self.class_weights.numel():
             raise ValueError(
-                f"{type(self).__name__}: logits have {logits.shape[-1]} classes but setup() "
+                f"{type(self).__name__}: logits have {batch.num_classes} classes but setup() "
                 f"saw counts for {self.class_weights.numel()}"
             )
         labels = batch.labels.long()
         if self.loss_type == "softmax":
-            per_example = adjusted_cross_entropy(logits, labels)
+            per_example = batch_cross_entropy(batch)
         else:
             # t = 0: BCE = softplus(z), M = σ(z)^γ; t = 1: BCE = softplus(−z), M = e^{−γ sp(z)}.
             gamma = self.gamma if self.loss_type == "focal" else 0.0

@@ -13,7 +13,7 @@ from tailkit.plugins.losses.elm import (
     grow_lazy_buffers,
     squared_distances,
 )
-from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy, replicated_embeddings
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -225,6 +225,9 @@ class DROLT(Loss):
     At prediction the raw logits are used; the confidence is the softmax probability.
     """
 
+    # CE through batch_cross_entropy, the embedding term on replicated_embeddings
+    shardable = True
+
     constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Interval(0, None),
         "temperature": Interval(0, None, closed="neither"),
@@ -274,10 +277,10 @@ class DROLT(Loss):
     def forward(self, batch: FullBatch) -> torch.Tensor:
         if not self.ready:
             raise RuntimeError("DROLT.setup(class_counts) must be called before the loss is used")
-        logits, z = batch.logits, batch.embeddings
+        logits, z = batch.logits, replicated_embeddings(batch)
         labels = batch.labels.long()
         # F.cross_entropy's value and gradient without its (B, C) one-hot gradient pass
-        per_example = adjusted_cross_entropy(logits, labels)
+        per_example = batch_cross_entropy(batch)
         if self.ce_weighting == "head-up":  # PyTorch's weighted mean, as F.cross_entropy's
             w = self.ce_weights.to(logits.dtype)[labels]
             ce = (w * per_example).sum() / w.sum()

@@ -10,7 +10,7 @@ from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.cast_tables import table_like
-from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy, replicated_embeddings
 from tailkit.plugins.losses.logit_adjusted import prior_offsets
 from tailkit.validation import Constraint, Interval, Options
 
@@ -258,6 +258,9 @@ class ELM(Loss):
     confidence is the plain softmax probability.
     """
 
+    # CE through batch_cross_entropy, the embedding term on replicated_embeddings
+    shardable = True
+
     constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Interval(0, None),
         "tau": Interval(0, None),
@@ -318,10 +321,10 @@ class ELM(Loss):
     def forward(self, batch: FullBatch) -> torch.Tensor:
         if not self.ready:
             raise RuntimeError("ELM.setup(class_counts) must be called before the loss is used")
-        logits, z = batch.logits, batch.embeddings
         labels = batch.labels.long()
-        offsets = table_like(self, "log_adjustment", logits)
-        ce = adjusted_cross_entropy(logits, labels, offsets=offsets).mean()
+        offsets = table_like(self, "log_adjustment", batch.logits)
+        ce = batch_cross_entropy(batch, offsets=offsets).mean()
+        z = replicated_embeddings(batch)
         alpha = table_like(self, "margins", z)[labels]
         if self.positives == "batch":
             pull = _BatchPull.apply(z, same_class_pairs(labels), alpha.detach())

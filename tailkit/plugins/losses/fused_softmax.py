@@ -17,6 +17,9 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
+from tailkit.components import FullBatch
+from tailkit.distributed.ops import scale_gradient, sharded_cross_entropy
+
 
 class _AdjustedCrossEntropy(torch.autograd.Function):
     """ℓ_i = log Σ_j exp(a_ij) − a_{i y_i} with a = f + o (+ s_i at (i, y_i)), per row (B,).
@@ -77,3 +80,38 @@ def adjusted_cross_entropy(
         target_shift = target_shift.detach()
     loss: torch.Tensor = _AdjustedCrossEntropy.apply(logits, labels, offsets, target_shift)
     return loss
+
+
+def batch_cross_entropy(
+    batch: FullBatch,
+    *,
+    offsets: torch.Tensor | None = None,
+    target_shift: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`adjusted_cross_entropy` of a full-mode batch (B,), on the whole label range or, in
+    a label-sharded run, on this process's shard of it (``offsets`` is then still the (C,) table
+    of every label: the shard's slice is taken here)."""
+    labels = batch.labels.long()
+    if batch.whole:
+        return adjusted_cross_entropy(
+            batch.logits, labels, offsets=offsets, target_shift=target_shift
+        )
+    if offsets is not None:
+        offsets = offsets[batch.label_start : batch.label_stop]
+    return sharded_cross_entropy(
+        batch.logits,
+        labels,
+        batch.label_start,
+        batch.world,
+        offsets=offsets,
+        target_shift=target_shift,
+    )
+
+
+def replicated_embeddings(batch: FullBatch) -> torch.Tensor:
+    """The batch's embeddings for a term computed from them alone (ELM's pull, DRO-LT's
+    prototype term): in a label-sharded run every rank computes such a term in full, so its
+    gradient is scaled by 1/W to reach the rows once in all (:func:`tailkit.distributed.ops.
+    gather_rows`)."""
+    z = batch.embeddings
+    return scale_gradient(z, 1.0 / batch.world.size) if batch.world.sharded else z

@@ -14,7 +14,7 @@ from tailkit.plugins.losses.class_balanced import (
     class_balanced_weights,
     training_counts,
 )
-from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
 from tailkit.validation import Constraint, Interval
 
 
@@ -73,6 +73,7 @@ class LDAM(Loss):
         self.reduction = reduction
         # The margins live in cosine space, so the core must build the normalised layer.
         self.cosine_scale = s
+        self.shardable = True  # the margin moves one logit: batch_cross_entropy does it
         # Derived from the training counts in setup(), never saved: a checkpoint loaded after
         # setup() must not overwrite them with another split's tables.
         self.register_buffer("margins", None, persistent=False)
@@ -92,16 +93,16 @@ class LDAM(Loss):
         logits = batch.logits
         if self.margins is None:
             raise RuntimeError(f"{type(self).__name__}: {NOT_SET_UP}")
-        if logits.shape[-1] != self.margins.numel():
+        if batch.num_classes != self.margins.numel():
             raise ValueError(
-                f"{type(self).__name__}: logits have {logits.shape[-1]} classes but setup() "
+                f"{type(self).__name__}: logits have {batch.num_classes} classes but setup() "
                 f"saw counts for {self.margins.numel()}"
             )
         labels = batch.labels.long()
         # The logits already carry s, so the margin must too: s·z − s·m = s·(z − m). The
         # product is taken in float64 before the cast, as the tables are.
         shift = table_like(self, "scaled_margins", logits)[labels]
-        per_example = adjusted_cross_entropy(logits, labels, target_shift=shift)
+        per_example = batch_cross_entropy(batch, target_shift=shift)
         if not self.reweighting(batch.epoch):
             return per_example.sum() if self.reduction == "sum" else per_example.mean()
         w = table_like(self, "class_weights", per_example)[labels]

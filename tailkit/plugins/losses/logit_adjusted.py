@@ -8,7 +8,7 @@ import torch
 
 from tailkit.components import FullBatch, Loss, PredictionContext
 from tailkit.plugins.losses.cast_tables import table_like
-from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
 from tailkit.validation import Constraint, Interval
 
 #: The ε of the Google code, added *after* the power: log(π^τ + 1e-12).
@@ -29,6 +29,7 @@ class _NeedsSetup(Loss):
     once (:func:`table_like`), not per step."""
 
     offsets: torch.Tensor  # a buffer, registered in __init__
+    shardable = True  # cross-entropy of offset logits (fused_softmax.batch_cross_entropy)
     reduction: Literal["mean", "sum"]
 
     def __init__(self) -> None:
@@ -79,9 +80,8 @@ class LogitAdjusted(_NeedsSetup):
         self.offsets = prior_offsets(class_counts, self.tau).to(class_counts.device)
 
     def forward(self, batch: FullBatch) -> torch.Tensor:
-        logits = batch.logits
-        offsets = self._offsets(logits) if self.adjustment == "loss" else None
-        return self._reduce(adjusted_cross_entropy(logits, batch.labels.long(), offsets=offsets))
+        offsets = self._offsets(batch.logits) if self.adjustment == "loss" else None
+        return self._reduce(batch_cross_entropy(batch, offsets=offsets))
 
     def adjust_scores(
         self,
@@ -119,9 +119,7 @@ class BalancedSoftmax(_NeedsSetup):
         self.offsets = class_counts.to(torch.float64).log()
 
     def forward(self, batch: FullBatch) -> torch.Tensor:
-        logits = batch.logits
-        offsets = self._offsets(logits)
-        return self._reduce(adjusted_cross_entropy(logits, batch.labels.long(), offsets=offsets))
+        return self._reduce(batch_cross_entropy(batch, offsets=self._offsets(batch.logits)))
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"

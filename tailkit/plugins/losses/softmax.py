@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
+from tailkit.distributed.ops import pick, row_logsumexp
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
 
 
 class SoftmaxCE(Loss):
@@ -27,6 +29,7 @@ class SoftmaxCE(Loss):
     """
 
     multilabel = True
+    shardable = True  # CE through batch_cross_entropy; PAL-N's log-softmax picks as below
 
     def __init__(self, *, reduction: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
@@ -35,9 +38,16 @@ class SoftmaxCE(Loss):
     def forward(self, batch: FullBatch) -> torch.Tensor:
         labels = batch.labels.long()
         if labels.ndim == 1:
+            if not batch.whole:
+                per_example = batch_cross_entropy(batch)
+                return per_example.sum() if self.reduction == "sum" else per_example.mean()
             return F.cross_entropy(batch.logits, labels, reduction=self.reduction)
         present = labels >= 0
-        log_p = torch.log_softmax(batch.logits, dim=1).gather(1, labels.clamp(min=0))
+        if batch.whole:
+            log_p = torch.log_softmax(batch.logits, dim=1).gather(1, labels.clamp(min=0))
+        else:
+            lse = row_logsumexp(batch.logits, batch.world).unsqueeze(1)
+            log_p = pick(batch.logits, labels, batch.label_start, batch.world) - lse
         sizes = present.sum(dim=1, keepdim=True).clamp(min=1)
         per_row = -(torch.where(present, log_p, 0.0) / sizes).sum(dim=1)
         return per_row.sum() if self.reduction == "sum" else per_row.mean()
