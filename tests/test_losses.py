@@ -585,7 +585,7 @@ def test_batches_are_typed_and_frozen() -> None:
     full = {f.name for f in dataclasses.fields(FullBatch)}
     sampled = {f.name for f in dataclasses.fields(SampledBatch)}
     shared = {"labels", "log_prior", "embeddings", "epoch", "step"}
-    assert full - shared == {"logits", "num_classes", "label_start"}
+    assert full - shared == {"logits", "num_classes", "label_start", "world"}
     assert sampled - shared == {
         "pos_logits", "neg_logits", "neg_ids", "pos_log_q", "neg_log_q", "hits",
         "sampler_conditional",
