@@ -33,7 +33,10 @@ import numpy as np
 import torch
 
 from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, SampledBatch, Sampler
-from tailkit.errors import TrainingDivergedError
+from tailkit.distributed.layer import whole_layer
+from tailkit.distributed.ops import gather_rows
+from tailkit.distributed.world import ONE_PROCESS, World
+from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.evaluation.predict import predict
 from tailkit.labels import LabelSets
@@ -175,10 +178,23 @@ def train(
     class_counts: torch.Tensor,
     checkpoint: Checkpointer | None = None,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
+    world: World = ONE_PROCESS,
 ) -> TrainResult:
     """Train for ``cfg``'s steps. ``progress(step, total, postfix)``, when given, is called
     about once a second and at each validation, with the mean loss and the examples per second
-    since its last call as ``postfix`` (a progress bar's text)."""
+    since its last call as ``postfix`` (a progress bar's text).
+
+    In a label-sharded run (``world`` of W processes, ``layer`` this rank's shard:
+    tailkit/distributed/layer.py) every rank takes the same global batch, encodes its own slice
+    of its rows with the encoder replicated under DDP (gradients summed, not averaged: each
+    rank's rows carry their own part of the one global loss), gathers the embeddings of all,
+    scores its own labels and runs the same loss, which combines the shards
+    (``Loss.shardable``). Validation scores the gathered layer on every rank."""
+    if world.sharded:
+        _check_shardable(cfg, loss, sampler, checkpoint)
+        forward: Any = _replicated(encoder, world)
+    else:
+        forward = encoder
     device = layer.weight.device
     n = x_train.shape[0]
     steps_per_epoch = math.ceil(n / cfg.batch_size)
@@ -251,7 +267,7 @@ def train(
 
     # Each epoch's rows are a function of (seed, epoch): a resumed run rebuilds the
     # interrupted epoch's order without having saved it.
-    rows_of = RowSampler(cfg.row_sampling, y_train, layer.num_classes, cfg.epochs)
+    rows_of = RowSampler(cfg.row_sampling, y_train, layer.total_classes, cfg.epochs)
     order = None
     tick = time.perf_counter()
     shown = _Shown(tick)
@@ -260,11 +276,14 @@ def train(
         if position == 0 or order is None:
             order = rows_of.epoch_rows(cfg.seed, epoch)
         idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
-        x = x_train.index_select(0, idx).to(device, non_blocking=True)
+        mine = idx.tensor_split(world.size)[world.rank] if world.sharded else idx
+        x = x_train.index_select(0, mine).to(device, non_blocking=True)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
         if transform is not None:
             x = transform(x, augment_gen)
-        z = encoder(x)
+        z = forward(x)
+        if world.sharded:
+            z = gather_rows(z, world)
 
         batch: FullBatch | SampledBatch | None
         if sampler is None:
@@ -272,7 +291,9 @@ def train(
             batch = FullBatch(
                 labels=y.padded() if isinstance(y, LabelSets) else y,
                 logits=logits,
-                num_classes=layer.num_classes,
+                num_classes=layer.total_classes,
+                label_start=layer.label_start,
+                world=world,
                 log_prior=ctx.log_prior,
                 embeddings=z,
                 epoch=epoch,
@@ -312,7 +333,8 @@ def train(
 
         if step % cfg.eval_every == 0 or step == total:
             seconds += time.perf_counter() - tick
-            acc, bal = _validate(encoder, layer, loss, ctx, x_val, y_val, layer.num_classes)
+            scored = whole_layer(layer, world)  # collective: every rank validates alike
+            acc, bal = _validate(encoder, scored, loss, ctx, x_val, y_val, layer.total_classes)
             curve.append(
                 {
                     "step": step,
@@ -332,6 +354,40 @@ def train(
             tick = time.perf_counter()
 
     return TrainResult(steps=step, seconds=seconds, curve=curve, checkpoint_every=checkpoint_every)
+
+
+def _check_shardable(
+    cfg: LoopConfig, loss: Loss, sampler: Sampler | None, checkpoint: Checkpointer | None
+) -> None:
+    where = f"experiments.{cfg.experiment}"
+    if sampler is not None:
+        raise InvalidParameterError(
+            f"{where}.sampler: label-sharded training (train.distributed) runs full-mode losses "
+            "only so far; use sampler: none or one process"
+        )
+    if not loss.shardable:
+        raise InvalidParameterError(
+            f"{where}.loss: {type(loss).__name__} cannot reduce over a label shard "
+            "(Loss.shardable); run it in one process (train.distributed.nproc_per_node: 1)"
+        )
+    if checkpoint is not None:
+        raise InvalidParameterError(
+            f"{where}: label-sharded runs do not checkpoint yet; pass no checkpointer"
+        )
+
+
+def _replicated(encoder: Encoder, world: World) -> torch.nn.Module:
+    """``encoder`` under DDP with its gradients summed over the ranks instead of averaged."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(encoder, process_group=world.group, broadcast_buffers=False)
+
+    def summed(group, bucket):  # type: ignore[no-untyped-def]  # DDP reads the annotations
+        work = torch.distributed.all_reduce(bucket.buffer(), group=group, async_op=True)
+        return work.get_future().then(lambda done: done.value()[0])
+
+    ddp.register_comm_hook(world.group, summed)
+    return ddp
 
 
 class _Shown:

@@ -122,6 +122,10 @@ class OutputLayer:
         self.weight = weight.to(device)
         self.bias = torch.full((num_classes,), float(initial_bias), device=device)
         self.cosine_scale = cosine_scale
+        # A label shard of a sharded run holds rows label_start … of total_classes labels
+        # (tailkit/distributed/layer.py); a whole layer holds them all from 0.
+        self.label_start = 0
+        self.total_classes = num_classes
 
     @classmethod
     def for_loss(
@@ -145,6 +149,7 @@ class OutputLayer:
 
     @property
     def num_classes(self) -> int:
+        """The rows this layer holds: every label's, except in a label shard (total_classes)."""
         return self.weight.shape[0]
 
     @property
@@ -227,6 +232,7 @@ class OutputLayer:
         layer.weight = self.weight.index_select(0, order)
         layer.bias = self.bias.index_select(0, order)
         layer.cosine_scale = self.cosine_scale
+        layer.label_start, layer.total_classes = self.label_start, self.total_classes
         return layer
 
     def with_weight(self, weight: torch.Tensor) -> OutputLayer:
@@ -236,6 +242,7 @@ class OutputLayer:
         layer.weight = weight.clone()
         layer.bias = self.bias.clone()
         layer.cosine_scale = self.cosine_scale
+        layer.label_start, layer.total_classes = self.label_start, self.total_classes
         return layer
 
     def state_dict(self) -> dict[str, torch.Tensor]:

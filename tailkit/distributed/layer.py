@@ -1,0 +1,48 @@
+"""The output layer of a label-sharded run: each rank's rows, and the whole layer back.
+
+Every rank draws the whole layer's initial rows from the same seeded generator and keeps its
+own range (:func:`shard_layer`), so a run starts from the bits one process starts from whatever
+W is (at C × d beyond one process's memory the draw would go block by block; not needed yet).
+:func:`whole_layer` gathers the rows back in label order, for validation and for the model
+file rank 0 writes, which is then the same file one process writes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from tailkit.distributed.world import LABEL_BLOCK, World
+from tailkit.training.output_layer import OutputLayer
+
+
+def shard_layer(layer: OutputLayer, world: World, block: int = LABEL_BLOCK) -> OutputLayer:
+    """This rank's rows of a whole ``layer`` (copies), knowing where they sit among all."""
+    if not world.sharded:
+        return layer
+    start, stop = world.label_range(layer.num_classes, block)
+    shard = layer.with_weight(layer.weight[start:stop])
+    shard.bias = layer.bias[start:stop].clone()
+    shard.label_start, shard.total_classes = start, layer.num_classes
+    return shard
+
+
+def whole_layer(shard: OutputLayer, world: World) -> OutputLayer:
+    """Every rank's rows of a sharded layer, in label order, on every rank."""
+    if not world.sharded:
+        return shard
+    span = torch.tensor([shard.label_start, shard.num_classes])
+    spans = [torch.empty_like(span) for _ in range(world.size)]
+    dist.all_gather(spans, span, group=world.group)
+    counts = [int(s[1]) for s in spans]
+    packed = torch.cat([shard.weight, shard.bias.unsqueeze(1)], dim=1)
+    padded = packed.new_zeros(max(counts), packed.shape[1])
+    padded[: packed.shape[0]] = packed
+    parts = [torch.empty_like(padded) for _ in range(world.size)]
+    dist.all_gather(parts, padded, group=world.group)
+    order = sorted(range(world.size), key=lambda r: int(spans[r][0]))
+    rows = torch.cat([parts[r][: counts[r]] for r in order])
+    whole = shard.with_weight(rows[:, :-1])
+    whole.bias = rows[:, -1].clone()
+    whole.label_start, whole.total_classes = 0, shard.total_classes
+    return whole
