@@ -94,7 +94,7 @@ def _one_loss(world: World, name: str) -> None:
         expected = whole(ref_batch)
         expected.backward()
         where = f"{name}, step {epoch}, rank {world.rank} of {world.size}"
-        close = {"rtol": 1e-10, "atol": 1e-12, "msg": lambda m: f"{where}: {m}"}
+        close = {"rtol": 1e-10, "atol": 1e-12, "msg": lambda m, where=where: f"{where}: {m}"}
         torch.testing.assert_close(value, expected, **close)
         torch.testing.assert_close(w.grad, w_ref.grad[start:stop], **close)
         if sharded.cosine_scale is None:

@@ -60,12 +60,12 @@ def _equal_to_one_process(world: World) -> None:
         layer, encoder, curve = _run(world, spec, shard=True)
         ref_layer, ref_encoder, ref_curve = _run(world, spec, shard=False)
         where = f"{spec['name']}, rank {world.rank} of {world.size}"
-        close = {"rtol": 1e-9, "atol": 1e-11, "msg": lambda m: f"{where}: {m}"}
+        close = {"rtol": 1e-9, "atol": 1e-11, "msg": lambda m, where=where: f"{where}: {m}"}
         torch.testing.assert_close(layer.weight, ref_layer.weight, **close)
         torch.testing.assert_close(layer.bias, ref_layer.bias, **close)
-        for (key, p), q in zip(encoder.state_dict().items(), ref_encoder.state_dict().values(),
-                               strict=True):  # fmt: skip
-            torch.testing.assert_close(p, q, **close)
+        ref_state = ref_encoder.state_dict()
+        for key, value in encoder.state_dict().items():
+            torch.testing.assert_close(value, ref_state[key], **close)
         assert [c["step"] for c in curve] == [c["step"] for c in ref_curve]
         for c, r in zip(curve, ref_curve, strict=True):
             assert c["loss"] == pytest.approx(r["loss"], rel=1e-9), where
