@@ -202,9 +202,14 @@ def _seeded(params_path: Path, quiet: bool, experiment: str, seed: int | None):
 @seed_option
 @quiet_option
 def train(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
-    """Train one experiment."""
+    """Train one experiment (under torchrun when train.distributed asks for processes)."""
+    from tailkit.distributed.launch import relaunch
     from tailkit.stages import train as stage
 
+    settings = _guard(lambda: load_params(params_path).train.distributed_settings)
+    code = _guard(lambda: relaunch(settings, sys.argv[1:]))
+    if code is not None:
+        sys.exit(code)
     _train(stage.run, params_path, experiment, quiet, "train", seed)
 
 

@@ -74,6 +74,20 @@ class SubsampleParams:
 
 
 @dataclass(frozen=True)
+class DistributedParams:
+    """``train.distributed`` (tailkit/distributed/launch.py): processes per host and hosts (1 and 1: one process, as ever)."""
+
+    nproc_per_node: int = 1
+    nnodes: int = 1
+
+    constraints: ClassVar = {"nproc_per_node": Interval(1, None), "nnodes": Interval(1, None)}
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+@dataclass(frozen=True)
 class TrainParams:
     """Defaults shared by every experiment; an experiment may override the starred ones."""
 
@@ -90,6 +104,14 @@ class TrainParams:
     checkpoint_budget: float = 0.05
     max_steps: int | None = None  # *
     row_sampling: RowSampling = "instance"  # *
+    # label-sharded training over processes (tailkit/distributed/launch.py DistributedParams):
+    # {nproc_per_node: 1, nnodes: 1} is one process
+    distributed: dict[str, int] = field(default_factory=lambda: {"nproc_per_node": 1, "nnodes": 1})
+
+    @property
+    def distributed_settings(self) -> DistributedParams:
+        """``distributed`` as the launcher takes it (checked when the params were read)."""
+        return DistributedParams(**self.distributed)
 
     constraints: ClassVar = {
         "epochs": Interval(0, None, closed="neither"),
@@ -379,7 +401,7 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         subsample=section("subsample", SubsampleParams),
         featurize=featurize,
         samplers=samplers,
-        train=section("train", TrainParams),
+        train=_train(source, section("train", TrainParams)),
         evaluate=_evaluate(source, section("evaluate", EvaluateParams)),
         experiments=experiments,
         sampler_features=sampler_features,
@@ -452,6 +474,15 @@ def _decoupled(
             },
         )
     return out
+
+
+def _train(source: str, train: TrainParams) -> TrainParams:
+    """``train`` with ``distributed`` checked, its missing keys filled in."""
+    key = f"{source}: train.distributed"
+    if not isinstance(train.distributed, Mapping):
+        raise InvalidParameterError(f"{key}: expected {{nproc_per_node: N, nnodes: 1}}")
+    settings = DistributedParams(**validate_options(key, DistributedParams, train.distributed))
+    return dataclasses.replace(train, distributed=dataclasses.asdict(settings))
 
 
 def _evaluate(source: str, evaluate: EvaluateParams) -> EvaluateParams:

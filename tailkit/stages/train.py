@@ -26,6 +26,9 @@ from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.checksum import params_hash
 from tailkit.codehash import experiment_code, module_fingerprint
+from tailkit.distributed.launch import join_world, leave_world
+from tailkit.distributed.layer import shard_layer, whole_layer
+from tailkit.distributed.world import World
 from tailkit.experiment import (
     build_model,
     build_objective,
@@ -59,6 +62,24 @@ def run(
         return fit_learner(params, layout, registry, experiment, progress)
     settings = params.resolved(experiment)
     device = resolve_device(params.base.device)
+    # under torchrun (train.distributed) each process owns a shard of the labels
+    world = join_world(params.train.distributed_settings, device)
+    try:
+        return _train(params, layout, registry, experiment, settings, device, world, progress)
+    finally:
+        leave_world(world)
+
+
+def _train(
+    params: Params,
+    layout: Layout,
+    registry: Registry,
+    experiment: str,
+    settings: dict[str, Any],
+    device: torch.device,
+    world: World,
+    progress: Callable[[int, int, dict[str, float]], None] | None,
+) -> dict[str, Any]:
     seed = params.base.seed
     torch.manual_seed(seed)  # before building: encoders and losses may draw their init
     loss, optimizer = build_objective(params, experiment, registry)
@@ -85,6 +106,7 @@ def run(
         device=device,
         generator=torch.Generator().manual_seed(seed),
     )
+    layer = shard_layer(layer, world)  # this process's labels (all of them in one process)
     sampled_labels = None if sampler is None else 1 + settings["negatives"]
     cfg = LoopConfig(
         experiment=experiment,
@@ -123,7 +145,9 @@ def run(
     fingerprint = params_hash(
         {
             "settings": settings,
-            "train": params.train.__dict__,
+            # the processes are not part of a run's identity (its results do not depend on
+            # them beyond float rounding)
+            "train": {k: v for k, v in params.train.__dict__.items() if k != "distributed"},
             "seed": seed,
             "data": meta.get("params_hash"),
             "sampler": params.samplers.get(settings["sampler"]),
@@ -147,14 +171,20 @@ def run(
         x_val=x_val[val_pick],
         y_val=y_val[val_pick],
         class_counts=torch.as_tensor(meta["train_counts"], dtype=torch.float64),
-        checkpoint=checkpoint,
-        progress=progress,
+        # label-sharded runs do not checkpoint yet: one file per shard is to come
+        checkpoint=None if world.sharded else checkpoint,
+        progress=progress if world.rank == 0 else None,
+        world=world,
     )
+    layer = whole_layer(layer, world)  # every rank's rows, in label order
+    if world.rank != 0:  # one writer: rank 0 writes what one process writes
+        return {"seconds": result.seconds, "steps": result.steps}
     timing = {
         "seconds": round(result.seconds, 3),
         "steps": result.steps,
         "examples_per_second": round(result.steps * cfg.batch_size / max(result.seconds, 1e-9)),
         "device": str(device),
+        "world_size": world.size,
     }
     with atomic_dir(layout.model(experiment)) as tmp:
         save_model(
