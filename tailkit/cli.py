@@ -7,6 +7,7 @@ mistakes (a :class:`~tailkit.errors.TailkitError`) print one ``Error:`` line and
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -234,6 +235,7 @@ def _train(
     name: str,
     seed: int | None = None,
 ) -> None:
+    quiet = quiet or os.environ.get("RANK", "0") != "0"  # one voice per torchrun job
     progress.configure(quiet)
     bar, update = _train_bar(experiment)
     try:

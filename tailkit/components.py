@@ -268,8 +268,11 @@ class FullBatch(Batch):
 
     @property
     def whole(self) -> bool:
-        """Whether the logits cover every label (always, in one process)."""
-        return self.label_start == 0 and self.label_stop == self.num_classes
+        """Whether this process holds every label (one process): in a sharded run even a rank
+        that owns them all reduces with the others, which run the same collectives."""
+        return (
+            not self.world.sharded and self.label_start == 0 and self.label_stop == self.num_classes
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

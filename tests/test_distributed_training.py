@@ -3,10 +3,16 @@ process: same layer rows, encoder weights and learning curve after a few epochs,
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 import torch
+import yaml
+from conftest import TINY_PARAMS, make_project, run
 from spawn_world import run_world
 
+from tailkit import tensorfile
 from tailkit.distributed.layer import shard_layer, whole_layer
 from tailkit.distributed.world import World
 from tailkit.errors import InvalidParameterError
@@ -25,7 +31,7 @@ def _data():
     return x, y, torch.bincount(y, minlength=C).double()
 
 
-def _run(world: World, spec: dict, shard: bool):
+def _run(world: World, spec: dict, shard: bool, block: int = BLOCK):
     registry = make_registry()
     x, y, counts = _data()
     torch.manual_seed(0)
@@ -36,7 +42,7 @@ def _run(world: World, spec: dict, shard: bool):
     layer = OutputLayer.for_loss(loss, C, encoder.out_dim, generator=gen)
     layer.weight, layer.bias = layer.weight.double(), layer.bias.double()
     if shard:
-        layer = shard_layer(layer, world, BLOCK)
+        layer = shard_layer(layer, world, block)
     result = train(
         cfg=LoopConfig("test", epochs=2, batch_size=24, eval_every=4, checkpoint_every=10**9),
         encoder=encoder,
@@ -55,9 +61,11 @@ def _run(world: World, spec: dict, shard: bool):
 
 
 def _equal_to_one_process(world: World) -> None:
-    for spec in ({"name": "softmax"}, {"name": "logit-adjusted"}, {"name": "elm"},
-                 {"name": "ldam", "drw_epoch": 1}):  # fmt: skip
-        layer, encoder, curve = _run(world, spec, shard=True)
+    cases = [({"name": "softmax"}, BLOCK), ({"name": "logit-adjusted"}, BLOCK),
+             ({"name": "elm"}, BLOCK), ({"name": "ldam", "drw_epoch": 1}, BLOCK),
+             ({"name": "softmax"}, 16)]  # fmt: skip  # 16: one rank owns every label, the rest none
+    for spec, block in cases:
+        layer, encoder, curve = _run(world, spec, shard=True, block=block)
         ref_layer, ref_encoder, ref_curve = _run(world, spec, shard=False)
         where = f"{spec['name']}, rank {world.rank} of {world.size}"
         close = {"rtol": 1e-9, "atol": 1e-11, "msg": lambda m, where=where: f"{where}: {m}"}
@@ -106,3 +114,42 @@ def _refusals(world: World) -> None:
 
 def test_a_loss_that_cannot_shard_is_refused(tmp_path) -> None:
     run_world(tmp_path, _refusals, 2)
+
+
+@pytest.mark.slow
+def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -> None:
+    """`train.distributed.nproc_per_node: 2` in a DVC project: `dvc repro` trains under
+    torchrun (two gloo processes), rank 0 writes the model files one process writes, with the
+    same tensors up to float rounding, and evaluation sees the same accuracy."""
+    params = copy.deepcopy(TINY_PARAMS)
+    params["experiments"] = {k: params["experiments"][k] for k in ("softmax", "ldam")}
+    params["samplers"] = {}
+    project = make_project(tmp_path / "project", params)
+    targets = ["dvc", "repro", "evaluate@softmax", "evaluate@ldam"]
+    run(targets, project)
+
+    def outputs() -> dict:
+        return {
+            name: (
+                tensorfile.load(project / "data" / "models" / name / "model.safetensors"),
+                json.loads((project / "metrics" / "detail" / f"{name}.json").read_text()),
+                json.loads(
+                    (project / "metrics" / "timings" / "train" / f"{name}.json").read_text()
+                ),
+            )
+            for name in ("softmax", "ldam")
+        }
+
+    one = outputs()
+    params["train"]["distributed"] = {"nproc_per_node": 2}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(targets, project)
+    two = outputs()
+    for name in ("softmax", "ldam"):
+        (w1, m1, t1), (w2, m2, t2) = one[name], two[name]
+        assert (t1["world_size"], t2["world_size"]) == (1, 2)
+        for part in ("layer", "encoder"):
+            assert w1[part].keys() == w2[part].keys()
+            for key in w1[part]:
+                torch.testing.assert_close(w2[part][key], w1[part][key], rtol=1e-3, atol=1e-4)
+        assert abs(m2["test"]["accuracy"] - m1["test"]["accuracy"]) <= 0.01, name

@@ -177,8 +177,6 @@ def _train(
         world=world,
     )
     layer = whole_layer(layer, world)  # every rank's rows, in label order
-    if world.rank != 0:  # one writer: rank 0 writes what one process writes
-        return {"seconds": result.seconds, "steps": result.steps}
     timing = {
         "seconds": round(result.seconds, 3),
         "steps": result.steps,
@@ -186,6 +184,8 @@ def _train(
         "device": str(device),
         "world_size": world.size,
     }
+    if world.rank != 0:  # one writer: rank 0 writes what one process writes
+        return timing
     with atomic_dir(layout.model(experiment)) as tmp:
         save_model(
             tmp,

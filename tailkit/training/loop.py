@@ -377,8 +377,12 @@ def _check_shardable(
 
 
 def _replicated(encoder: Encoder, world: World) -> torch.nn.Module:
-    """``encoder`` under DDP with its gradients summed over the ranks instead of averaged."""
+    """``encoder`` under DDP with its gradients summed over the ranks instead of averaged (an
+    encoder without trainable parameters, such as ``linear`` on given features, as it is)."""
     from torch.nn.parallel import DistributedDataParallel
+
+    if not any(p.requires_grad for p in encoder.parameters()):
+        return encoder
 
     ddp = DistributedDataParallel(encoder, process_group=world.group, broadcast_buffers=False)
 
