@@ -153,3 +153,42 @@ def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -
             for key in w1[part]:
                 torch.testing.assert_close(w2[part][key], w1[part][key], rtol=1e-3, atol=1e-4)
         assert abs(m2["test"]["accuracy"] - m1["test"]["accuracy"]) <= 0.01, name
+
+
+def _predictions(world: World) -> None:
+    from tailkit.components import PredictionContext
+    from tailkit.distributed.predict import predict_sharded
+    from tailkit.evaluation.predict import predict
+    from tailkit.training.loop import log_prior_from_counts
+
+    registry = make_registry()
+    x, y, counts = _data()
+    torch.manual_seed(0)
+    encoder = registry.build("models", {"name": "mlp", "hidden": [8], "dim": 4}, "t", D).double()
+    for spec in ({"name": "softmax"}, {"name": "logit-adjusted", "adjustment": "posthoc"}):
+        loss = registry.build("losses", spec, "t").double()
+        loss.setup(counts)
+        layer = OutputLayer.for_loss(loss, C, 4, generator=torch.Generator().manual_seed(2))
+        layer.weight, layer.bias = layer.weight.double(), layer.bias.double()
+        layer.weight[9], layer.bias[9] = layer.weight[5], layer.bias[5]  # a tie across shards
+        ctx = PredictionContext(log_prior=log_prior_from_counts(counts))
+        ref, ref_raw = predict(encoder, layer, loss, ctx, x, y, k=7, label_chunk=3)
+        for block in (BLOCK, 16):  # 16: one rank owns every label, the others none
+            shard = shard_layer(layer, world, block)
+            got, got_raw = predict_sharded(
+                encoder, shard, loss, ctx, x, y, world, k=7, label_chunk=3
+            )
+            where = f"{spec}, block {block}, rank {world.rank} of {world.size}"
+            for a, b in ((got, ref), (got_raw, ref_raw)):
+                if b is None:
+                    assert a is None, where
+                    continue
+                assert torch.equal(a.topk, b.topk), where
+                torch.testing.assert_close(a.top_scores, b.top_scores, rtol=1e-12, atol=0)
+                torch.testing.assert_close(a.true_score, b.true_score, rtol=1e-12, atol=0)
+                torch.testing.assert_close(a.log_partition, b.log_partition, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_sharded_prediction_equals_one_process(tmp_path, size) -> None:
+    run_world(tmp_path, _predictions, size)

@@ -140,6 +140,13 @@ def predict(
     """
     device = layer.weight.device
     n, num_classes = x.shape[0], layer.num_classes
+    # A label shard (tailkit/distributed/layer.py) scores its own labels under their global
+    # ids; tailkit.distributed.predict merges the shards.
+    first = layer.label_start
+    if first and loss.adjusts_scores and ctx.per_row_correction:
+        raise ValueError("a per-row correction (a conditional sampler's) is not sharded")
+    if first and labels is not None:
+        labels = labels - first  # positions among this shard's columns (others fall outside)
     k = min(k, num_classes)
     adjusted = _Accumulator(n, k, device, layer.weight.dtype)
     raw = (
@@ -177,11 +184,11 @@ def predict(
                 scores = layer.scores(z, start, stop)
                 # Top-k ids are label ids from the start, so equal scores rank by label id
                 # even when the columns come in the sampler's order.
-                ids = _columns(order, start, stop, device)
+                ids = _columns(order, start, stop, device) + first
                 if acc_raw is not None:
                     acc_raw.add(scores, start, ids, yb)
                 if loss.adjusts_scores:
-                    chunk_ids = ctx.chunk_ids(start, stop, device)
+                    chunk_ids = ctx.chunk_ids(start, stop, device) + first
                     scores = loss.adjust_scores(scores, xb, chunk_ids, ctx)
                 acc_adj.add(scores, start, ids, yb)
         for total, part in ((adjusted, acc_adj), (raw, acc_raw)):

@@ -33,12 +33,11 @@ import numpy as np
 import torch
 
 from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, SampledBatch, Sampler
-from tailkit.distributed.layer import whole_layer
 from tailkit.distributed.ops import gather_rows
+from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.evaluation.metrics import label_recall, per_class_recall
-from tailkit.evaluation.predict import predict
 from tailkit.labels import LabelSets
 from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
@@ -81,10 +80,20 @@ class TrainResult:
     checkpoint_every: int = 0
 
 
-def _validate(encoder, layer, loss, ctx, x_val, y_val, num_classes) -> tuple[float, float]:
+def _validate(
+    encoder, layer, loss, ctx, x_val, y_val, num_classes, world=ONE_PROCESS
+) -> tuple[float, float]:
     multilabel = isinstance(y_val, LabelSets)
-    preds, _ = predict(
-        encoder, layer, loss, ctx, x_val, None if multilabel else y_val, k=1, unadjusted=False
+    preds, _ = predict_sharded(
+        encoder,
+        layer,
+        loss,
+        ctx,
+        x_val,
+        None if multilabel else y_val,
+        world,
+        k=1,
+        unadjusted=False,
     )
     return validation_scores(preds.topk[:, 0].cpu(), y_val, num_classes)
 
@@ -189,7 +198,8 @@ def train(
     of its rows with the encoder replicated under DDP (gradients summed, not averaged: each
     rank's rows carry their own part of the one global loss), gathers the embeddings of all,
     scores its own labels and runs the same loss, which combines the shards
-    (``Loss.shardable``). Validation scores the gathered layer on every rank."""
+    (``Loss.shardable``). Validation: every rank scores its own labels for all validation rows
+    and the top-1 is merged (tailkit/distributed/predict.py)."""
     if world.sharded:
         _check_shardable(cfg, loss, sampler, checkpoint)
         forward: Any = _replicated(encoder, world)
@@ -333,8 +343,10 @@ def train(
 
         if step % cfg.eval_every == 0 or step == total:
             seconds += time.perf_counter() - tick
-            scored = whole_layer(layer, world)  # collective: every rank validates alike
-            acc, bal = _validate(encoder, scored, loss, ctx, x_val, y_val, layer.total_classes)
+            # every rank scores its own labels; the top-1 is merged (a collective)
+            acc, bal = _validate(
+                encoder, layer, loss, ctx, x_val, y_val, layer.total_classes, world
+            )
             curve.append(
                 {
                     "step": step,

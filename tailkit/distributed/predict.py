@@ -1,0 +1,55 @@
+"""Prediction over a label-sharded layer: each rank scores its own labels in chunks (the
+single-process :func:`tailkit.evaluation.predict.predict`, under global label ids), then the
+ranks' top-k, log-partitions and true-label scores are merged, so every rank ends with what one
+process computes over all labels: the same top-k ids (higher score first, equal scores to the
+lower id), the log-partition up to float rounding, the true score exactly."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from tailkit.components import Encoder, Loss, PredictionContext
+from tailkit.distributed.topk import merge_logsumexp, merge_topk
+from tailkit.distributed.world import World
+from tailkit.evaluation.predict import Predictions, predict
+from tailkit.training.output_layer import OutputLayer
+
+
+def _merged(part: Predictions, k: int, world: World) -> Predictions:
+    rows, have = part.topk.shape
+    scores = torch.full((rows, k), float("-inf"), dtype=part.top_scores.dtype)
+    ids = torch.full((rows, k), -1, dtype=torch.long)
+    scores[:, :have], ids[:, :have] = part.top_scores.cpu(), part.topk.cpu()  # a short shard
+    top_scores, top_ids = merge_topk(scores, ids, k, world)
+    true_score = part.true_score.cpu().clone()  # −inf on every rank but the label's owner
+    dist.all_reduce(true_score, op=dist.ReduceOp.MAX, group=world.group)
+    return Predictions(
+        top_ids, top_scores, true_score, merge_logsumexp(part.log_partition.cpu(), world)
+    )
+
+
+@torch.no_grad()
+def predict_sharded(
+    encoder: Encoder,
+    layer: OutputLayer,
+    loss: Loss,
+    ctx: PredictionContext,
+    x: torch.Tensor,
+    labels: torch.Tensor | None,
+    world: World,
+    *,
+    k: int = 5,
+    batch_size: int = 2048,
+    label_chunk: int = 65536,
+    unadjusted: bool = True,
+) -> tuple[Predictions, Predictions | None]:
+    """:func:`~tailkit.evaluation.predict.predict` over every rank's labels, on every rank (the
+    rows ``x`` are the same on all: each encodes them)."""
+    if not world.sharded:
+        return predict(encoder, layer, loss, ctx, x, labels, k=k, batch_size=batch_size,
+                       label_chunk=label_chunk, unadjusted=unadjusted)  # fmt: skip
+    k = min(k, layer.total_classes)
+    adjusted, raw = predict(encoder, layer, loss, ctx, x, labels, k=k, batch_size=batch_size,
+                            label_chunk=label_chunk, unadjusted=unadjusted)  # fmt: skip
+    return _merged(adjusted, k, world), None if raw is None else _merged(raw, k, world)
