@@ -261,14 +261,23 @@ def _train(
 @quiet_option
 def evaluate(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
     """Evaluate one trained experiment on the test split."""
+    from tailkit.distributed.launch import relaunch
     from tailkit.stages import evaluate as stage
 
-    m = _guard(lambda: stage.run(*_seeded(params_path, quiet, experiment, seed)))["test"]
-    _say(
-        quiet,
-        f"evaluate@{experiment}: accuracy {m['accuracy']:.4f}, "
-        f"balanced {m['balanced_accuracy']:.4f}",
-    )
+    settings = _guard(lambda: load_params(params_path).train.distributed_settings)
+    code = _guard(lambda: relaunch(settings, sys.argv[1:]))
+    if code is not None:
+        sys.exit(code)
+    quiet = quiet or os.environ.get("RANK", "0") != "0"
+
+    metrics = _guard(lambda: stage.run(*_seeded(params_path, quiet, experiment, seed)))
+    if "test" in metrics:  # rank 0's (or the one process's): the others write nothing
+        m = metrics["test"]
+        _say(
+            quiet,
+            f"evaluate@{experiment}: accuracy {m['accuracy']:.4f}, "
+            f"balanced {m['balanced_accuracy']:.4f}",
+        )
 
 
 @cli.command()

@@ -120,7 +120,8 @@ def test_a_loss_that_cannot_shard_is_refused(tmp_path) -> None:
 def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -> None:
     """`train.distributed.nproc_per_node: 2` in a DVC project: `dvc repro` trains under
     torchrun (two gloo processes), rank 0 writes the model files one process writes, with the
-    same tensors up to float rounding, and evaluation sees the same accuracy."""
+    same tensors up to float rounding, and evaluation, sharded as well, sees the same
+    accuracy."""
     params = copy.deepcopy(TINY_PARAMS)
     params["experiments"] = {k: params["experiments"][k] for k in ("softmax", "ldam")}
     params["samplers"] = {}
@@ -148,6 +149,8 @@ def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -
     for name in ("softmax", "ldam"):
         (w1, m1, t1), (w2, m2, t2) = one[name], two[name]
         assert (t1["world_size"], t2["world_size"]) == (1, 2)
+        timing = project / "metrics" / "timings" / "evaluate" / f"{name}.json"
+        assert json.loads(timing.read_text())["world_size"] == 2  # evaluated sharded too
         for part in ("layer", "encoder"):
             assert w1[part].keys() == w2[part].keys()
             for key in w1[part]:

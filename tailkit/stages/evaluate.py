@@ -21,9 +21,14 @@ import torch
 
 from tailkit.atomic import write_json
 from tailkit.cache import read_features
+from tailkit.distributed.launch import join_world, leave_world
+from tailkit.distributed.layer import shard_layer
+from tailkit.distributed.predict import predict_sharded
+from tailkit.distributed.world import World
+from tailkit.errors import InvalidParameterError
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
 from tailkit.evaluation.metrics import margin_summary
-from tailkit.evaluation.predict import Predictions, predict
+from tailkit.evaluation.predict import Predictions
 from tailkit.evaluation.results import (
     Scored,
     f1_of,
@@ -43,10 +48,20 @@ from tailkit.trained import restore, restore_learner
 
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:
     start = time.perf_counter()
-    metrics = _evaluate(params, layout, registry, experiment)
-    seconds = round(time.perf_counter() - start, 3)
-    write_json(layout.timing(f"evaluate/{experiment}"), {"seconds": seconds})
-    return metrics
+    device = resolve_device(params.base.device)
+    # under torchrun (train.distributed) each process scores its own labels; rank 0 writes
+    world = join_world(params.train.distributed_settings, device)
+    try:
+        metrics = _evaluate(params, layout, registry, experiment, world)
+        if world.rank == 0:
+            seconds = round(time.perf_counter() - start, 3)
+            write_json(
+                layout.timing(f"evaluate/{experiment}"),
+                {"seconds": seconds, "world_size": world.size},
+            )
+        return metrics
+    finally:
+        leave_world(world)
 
 
 def _seeds(params: Params) -> dict[str, int]:
@@ -63,12 +78,20 @@ def _top_k(params: Params, num_classes: int) -> int:
     return min(k, num_classes)
 
 
-def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict:
+def _evaluate(
+    params: Params, layout: Layout, registry: Registry, experiment: str, world: World
+) -> dict:
     if trains_itself(params, experiment, registry):
+        if world.sharded:
+            raise InvalidParameterError(
+                f"experiments.{experiment}: a model that trains itself runs in one process "
+                "(train.distributed.nproc_per_node: 1)"
+            )
         return _evaluate_learner(params, layout, registry, experiment)
     device = resolve_device(params.base.device)
     trained = restore(params, layout, registry, experiment, device)
-    encoder, layer, loss, ctx = trained.encoder, trained.layer, trained.loss, trained.ctx
+    encoder, loss, ctx = trained.encoder, trained.loss, trained.ctx
+    layer = shard_layer(trained.layer, world)  # this process's labels (all, in one process)
     info, meta = trained.info, trained.meta
     counts = np.asarray(meta["train_counts"])
     features = feature_dir(params, layout, experiment)
@@ -77,13 +100,14 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     assert x_test is not None and y_test is not None  # read with every column
     multilabel = isinstance(y_test, LabelSets)
     single = None if isinstance(y_test, LabelSets) else y_test  # (N,) ids; None: multi-label
-    adjusted, raw = predict(
+    adjusted, raw = predict_sharded(
         encoder,
         layer,
         loss,
         ctx,
         x_test,
         single,
+        world,
         k=_top_k(params, meta["num_classes"]),
         batch_size=params.evaluate.batch_size,
         label_chunk=params.evaluate.label_chunk,
@@ -99,13 +123,14 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
     assert val.x is not None and val.labels is not None
     val_scored = None
     if tested.probabilities is not None:  # the F1 threshold is tuned on validation
-        val_preds, _ = predict(
+        val_preds, _ = predict_sharded(
             encoder,
             layer,
             loss,
             ctx,
             val.x,
             None,
+            world,
             k=k,
             batch_size=params.evaluate.batch_size,
             label_chunk=params.evaluate.label_chunk,
@@ -118,6 +143,8 @@ def _evaluate(params: Params, layout: Layout, registry: Registry, experiment: st
 
     margins, intra = None, None
     groups = params.evaluate.thresholds
+    if world.rank != 0:  # one writer: the others have done their part of the scoring
+        return {}
     if single is not None:  # not multilabel
         labels = single.numpy()
         margins, cdfs = margin_summary(
