@@ -184,11 +184,15 @@ def predict(
                 scores = layer.scores(z, start, stop)
                 # Top-k ids are label ids from the start, so equal scores rank by label id
                 # even when the columns come in the sampler's order.
-                ids = _columns(order, start, stop, device) + first
+                ids = _columns(order, start, stop, device)
+                if first:  # a shard's columns under their global ids
+                    ids = ids + first
                 if acc_raw is not None:
                     acc_raw.add(scores, start, ids, yb)
                 if loss.adjusts_scores:
-                    chunk_ids = ctx.chunk_ids(start, stop, device) + first
+                    chunk_ids = ctx.chunk_ids(start, stop, device)
+                    if first:  # not otherwise: add_log_q knows the ids it handed out
+                        chunk_ids = chunk_ids + first
                     scores = loss.adjust_scores(scores, xb, chunk_ids, ctx)
                 acc_adj.add(scores, start, ids, yb)
         for total, part in ((adjusted, acc_adj), (raw, acc_raw)):
