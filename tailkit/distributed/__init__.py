@@ -1,3 +1,5 @@
-"""Label-sharded multi-process training and evaluation on torch.distributed (issue 18): the
-process group and each rank's label range (:mod:`.world`), the collective autograd operations
-a sharded loss is built from (:mod:`.ops`) and the cross-rank top-k merge (:mod:`.topk`)."""
+"""Label-sharded multi-process training and evaluation on torch.distributed (README, "Beyond one
+process"): the processes and each one's labels (:mod:`.world`), the collective autograd
+operations a sharded loss is built from (:mod:`.ops`), the cross-rank top-k merge (:mod:`.topk`),
+the output layer's shards (:mod:`.layer`), prediction over them (:mod:`.predict`) and the
+torchrun launch (:mod:`.launch`)."""
