@@ -200,11 +200,9 @@ def test_study_runs_end_to_end(path: Path, tmp_path: Path, monkeypatch) -> None:
         metrics = evaluate.run(params, layout, registry, name)
         assert metrics, name
         json.loads(layout.metrics(name).read_text())
-        if params.experiment(name).decoupled:
-            continue
-        for seed in params.base.extra_seeds:  # the further seeds' runs, as train-seed@ does
-            seeded, run_name = params.seed_run(name, seed)
-            train.run(seeded, layout, registry, run_name)
+        for seed in params.base.extra_seeds:  # the further seeds' runs, as train-seed@ and
+            seeded, run_name = params.seed_run(name, seed)  # train-decoupled-seed@ do
+            stage.run(seeded, layout, registry, run_name)
             evaluate.run(seeded, layout, registry, run_name)
     seeds.run(params, layout)
     report.run(params, layout, draw=False)
