@@ -197,6 +197,22 @@ def _seeded(params_path: Path, quiet: bool, experiment: str, seed: int | None):
     return params, layout, registry, experiment
 
 
+def _run_under_torchrun(params_path: Path) -> None:
+    """When train.distributed asks for processes and none launched this one: run this same
+    command under torchrun and exit with its code (tailkit/distributed/launch.py)."""
+    from tailkit.distributed.launch import relaunch
+
+    settings = _guard(lambda: load_params(params_path).train.distributed_settings)
+    code = _guard(lambda: relaunch(settings, sys.argv[1:]))
+    if code is not None:
+        sys.exit(code)
+
+
+def _quiet_rank(quiet: bool) -> bool:
+    """Quiet, or a torchrun process other than rank 0: one voice per job."""
+    return quiet or os.environ.get("RANK", "0") != "0"
+
+
 @cli.command()
 @params_option
 @click.option("--experiment", required=True, help="Key of params.experiments to train.")
@@ -204,13 +220,9 @@ def _seeded(params_path: Path, quiet: bool, experiment: str, seed: int | None):
 @quiet_option
 def train(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
     """Train one experiment (under torchrun when train.distributed asks for processes)."""
-    from tailkit.distributed.launch import relaunch
     from tailkit.stages import train as stage
 
-    settings = _guard(lambda: load_params(params_path).train.distributed_settings)
-    code = _guard(lambda: relaunch(settings, sys.argv[1:]))
-    if code is not None:
-        sys.exit(code)
+    _run_under_torchrun(params_path)
     _train(stage.run, params_path, experiment, quiet, "train", seed)
 
 
@@ -235,7 +247,7 @@ def _train(
     name: str,
     seed: int | None = None,
 ) -> None:
-    quiet = quiet or os.environ.get("RANK", "0") != "0"  # one voice per torchrun job
+    quiet = _quiet_rank(quiet)
     progress.configure(quiet)
     bar, update = _train_bar(experiment)
     try:
@@ -261,14 +273,10 @@ def _train(
 @quiet_option
 def evaluate(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
     """Evaluate one trained experiment on the test split."""
-    from tailkit.distributed.launch import relaunch
     from tailkit.stages import evaluate as stage
 
-    settings = _guard(lambda: load_params(params_path).train.distributed_settings)
-    code = _guard(lambda: relaunch(settings, sys.argv[1:]))
-    if code is not None:
-        sys.exit(code)
-    quiet = quiet or os.environ.get("RANK", "0") != "0"
+    _run_under_torchrun(params_path)
+    quiet = _quiet_rank(quiet)
 
     metrics = _guard(lambda: stage.run(*_seeded(params_path, quiet, experiment, seed)))
     if "test" in metrics:  # rank 0's (or the one process's): the others write nothing

@@ -10,8 +10,8 @@ file rank 0 writes, which is then the same file one process writes.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
+from tailkit.distributed.ops import all_gather_rows
 from tailkit.distributed.world import LABEL_BLOCK, World
 from tailkit.training.output_layer import OutputLayer
 
@@ -28,20 +28,12 @@ def shard_layer(layer: OutputLayer, world: World, block: int = LABEL_BLOCK) -> O
 
 
 def whole_layer(shard: OutputLayer, world: World) -> OutputLayer:
-    """Every rank's rows of a sharded layer, in label order, on every rank."""
+    """Every rank's rows of a sharded layer, in label order, on every rank (rank order is
+    label order: :func:`~tailkit.distributed.world.shard_range` hands ranges out in turn)."""
     if not world.sharded:
         return shard
-    span = torch.tensor([shard.label_start, shard.num_classes])
-    spans = [torch.empty_like(span) for _ in range(world.size)]
-    dist.all_gather(spans, span, group=world.group)
-    counts = [int(s[1]) for s in spans]
     packed = torch.cat([shard.weight, shard.bias.unsqueeze(1)], dim=1)
-    padded = packed.new_zeros(max(counts), packed.shape[1])
-    padded[: packed.shape[0]] = packed
-    parts = [torch.empty_like(padded) for _ in range(world.size)]
-    dist.all_gather(parts, padded, group=world.group)
-    order = sorted(range(world.size), key=lambda r: int(spans[r][0]))
-    rows = torch.cat([parts[r][: counts[r]] for r in order])
+    rows, _ = all_gather_rows(packed, world)
     whole = shard.with_weight(rows[:, :-1])
     whole.bias = rows[:, -1].clone()
     whole.label_start, whole.total_classes = 0, shard.total_classes

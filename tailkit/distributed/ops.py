@@ -42,7 +42,7 @@ class _LogSumExp(torch.autograd.Function):
             if logits.shape[1]
             else logits.new_full((rows,), float("-inf"))  # a rank without labels
         )
-        top = _all_reduce(local_max, world, dist.ReduceOp.MAX if world.sharded else None)
+        top = _all_reduce(local_max, world, dist.ReduceOp.MAX)
         # a row whose every logit is −inf has lse −inf; shift it by 0 instead of by −inf
         shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         total = _all_reduce(torch.exp(logits - shift.unsqueeze(1)).sum(dim=1), world)
@@ -116,31 +116,35 @@ def sum_over_ranks(partial: torch.Tensor, world: World) -> torch.Tensor:
     return out
 
 
+def all_gather_rows(rows: torch.Tensor, world: World) -> tuple[torch.Tensor, list[int]]:
+    """Every rank's ``rows`` stacked in rank order (ranks may hold different numbers, each
+    padded to the largest for the collective), and how many each rank gave; no autograd."""
+    if not world.sharded:
+        return rows.clone(), [rows.shape[0]]
+    counts = torch.tensor([rows.shape[0]])
+    all_counts = [torch.zeros_like(counts) for _ in range(world.size)]
+    dist.all_gather(all_counts, counts, group=world.group)
+    sizes = [int(c) for c in all_counts]
+    padded = rows.new_zeros(max(sizes), *rows.shape[1:])
+    padded[: rows.shape[0]] = rows
+    parts = [torch.empty_like(padded) for _ in range(world.size)]
+    dist.all_gather(parts, padded, group=world.group)
+    return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)]), sizes
+
+
 class _GatherRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, rows: torch.Tensor, world: World) -> torch.Tensor:
-        if not world.sharded:
-            ctx.span = (0, rows.shape[0])
-            return rows.clone()
-        counts = torch.tensor([rows.shape[0]])
-        all_counts = [torch.zeros_like(counts) for _ in range(world.size)]
-        dist.all_gather(all_counts, counts, group=world.group)
-        sizes = [int(c) for c in all_counts]
-        most = max(sizes)
-        padded = rows.new_zeros(most, *rows.shape[1:])
-        padded[: rows.shape[0]] = rows
-        parts = [torch.empty_like(padded) for _ in range(world.size)]
-        dist.all_gather(parts, padded.contiguous(), group=world.group)
+        gathered, sizes = all_gather_rows(rows, world)
         start = sum(sizes[: world.rank])
         ctx.span, ctx.world = (start, start + rows.shape[0]), world
-        return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
+        return gathered
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         start, stop = ctx.span
-        if getattr(ctx, "world", None) is not None:
-            grad = _all_reduce(grad.contiguous(), ctx.world)
+        grad = _all_reduce(grad.contiguous(), ctx.world)  # a copy in one process
         return grad[start:stop].clone(), None
 
 

@@ -46,10 +46,9 @@ def predict_sharded(
 ) -> tuple[Predictions, Predictions | None]:
     """:func:`~tailkit.evaluation.predict.predict` over every rank's labels, on every rank (the
     rows ``x`` are the same on all: each encodes them)."""
-    if not world.sharded:
-        return predict(encoder, layer, loss, ctx, x, labels, k=k, batch_size=batch_size,
-                       label_chunk=label_chunk, unadjusted=unadjusted)  # fmt: skip
     k = min(k, layer.total_classes)
     adjusted, raw = predict(encoder, layer, loss, ctx, x, labels, k=k, batch_size=batch_size,
                             label_chunk=label_chunk, unadjusted=unadjusted)  # fmt: skip
+    if not world.sharded:
+        return adjusted, raw
     return _merged(adjusted, k, world), None if raw is None else _merged(raw, k, world)

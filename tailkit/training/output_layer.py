@@ -22,6 +22,26 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 
+def _unit(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x/max(‖x‖, ε) row-wise, 1/max(‖x‖, ε) and where the clamp binds: what the backward of
+    the row normalisation needs."""
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    clamped = norm < eps
+    norm.clamp_min_(eps)
+    unit = x / norm  # divided, not multiplied by 1/‖x‖: bit for bit F.normalize's value
+    return unit, norm.reciprocal_(), clamped
+
+
+def _project_(
+    grad: torch.Tensor, unit: torch.Tensor, inv: torch.Tensor, clamped: torch.Tensor
+) -> torch.Tensor:
+    """(g − x̂ ⟨x̂, g⟩) / ‖x‖ in place on ``grad`` (g/ε where the clamp binds)."""
+    # ⟨x̂_j, g_j⟩ per row as a batch of 1 × d by d × 1 products: no C × d temporary
+    along = torch.bmm(unit.unsqueeze(1), grad.unsqueeze(2)).squeeze(2)
+    along.masked_fill_(clamped, 0.0)
+    return grad.addcmul_(unit, along, value=-1.0).mul_(inv)
+
+
 class _UnitRows(torch.autograd.Function):
     """x/max(‖x‖, ε) row-wise (``F.normalize(x, dim=1)`` in value and gradient) with the
     backward written out: (g − x̂ ⟨x̂, g⟩) / ‖x‖, the projection of the incoming gradient off
@@ -32,21 +52,16 @@ class _UnitRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, eps: float) -> torch.Tensor:
-        norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-        clamped = norm < eps
-        norm.clamp_min_(eps)
-        unit = x / norm  # divided, not multiplied by 1/‖x‖: bit for bit F.normalize's value
-        ctx.save_for_backward(unit, norm.reciprocal_(), clamped)
+        unit, inv, clamped = _unit(x, eps)
+        ctx.save_for_backward(unit, inv, clamped)
         return unit
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         unit, inv, clamped = ctx.saved_tensors
-        # ⟨x̂_j, g_j⟩ per row as a batch of 1 × d by d × 1 products: no C × d temporary
-        along = torch.bmm(unit.unsqueeze(1), grad.unsqueeze(2)).squeeze(2)
-        along.masked_fill_(clamped, 0.0)
-        return torch.addcmul(grad, unit, along, value=-1.0).mul_(inv), None
+        # a copy: the incoming gradient may be another node's too
+        return _project_(grad.clone(), unit, inv, clamped), None
 
 
 class _CosineLogits(torch.autograd.Function):
@@ -60,11 +75,8 @@ class _CosineLogits(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, zs: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-        norm = torch.linalg.vector_norm(w, dim=1, keepdim=True)
-        clamped = norm < eps
-        norm.clamp_min_(eps)
-        unit = w / norm
-        ctx.save_for_backward(zs, unit, norm.reciprocal_(), clamped)
+        unit, inv, clamped = _unit(w, eps)
+        ctx.save_for_backward(zs, unit, inv, clamped)
         return zs @ unit.t()
 
     @staticmethod
@@ -72,10 +84,8 @@ class _CosineLogits(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, None]:
         zs, unit, inv, clamped = ctx.saved_tensors
         grad_zs = grad @ unit if ctx.needs_input_grad[0] else None
-        grad_w = grad.t() @ zs  # ∂/∂ŵ, fresh: projected in place below
-        along = torch.bmm(unit.unsqueeze(1), grad_w.unsqueeze(2)).squeeze(2)
-        along.masked_fill_(clamped, 0.0)
-        return grad_zs, grad_w.addcmul_(unit, along, value=-1.0).mul_(inv), None
+        grad_w = grad.t() @ zs  # ∂/∂ŵ, fresh: projected in place
+        return grad_zs, _project_(grad_w, unit, inv, clamped), None
 
 
 def unit_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
