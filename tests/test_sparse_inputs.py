@@ -318,7 +318,7 @@ def test_weight_decay_on_a_sparse_input_layer_is_refused() -> None:
     encoder = SparseLinear(D, dim=8, sparse_grad=True)
     with pytest.raises(InvalidParameterError, match=r"^opt.weight_decay: .*sparse_grad: false$"):
         RowSparseSGD(lr=0.1, weight_decay=1e-4).attach(
-            layer, list(encoder.parameters()), sparse_encoder=True, owner="opt"
+            layer, list(encoder.parameters()), sparse_tables=[encoder.embed.weight], owner="opt"
         )
 
 

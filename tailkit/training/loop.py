@@ -222,11 +222,13 @@ def train(
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
         sparse=sampler is not None,
-        sparse_encoder=any(
-            getattr(m, "sparse", False)
+        sparse_tables=[
+            m.weight
             for m in encoder.modules()
             if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)
-        ),
+            and m.sparse
+            and m.weight.requires_grad
+        ],
         owner=f"experiments.{cfg.experiment}.optimizer",
     )
     checkpoint_every = checkpoint_interval(

@@ -21,6 +21,7 @@ of the same name with the same lr, momentum and weight decay.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -28,6 +29,7 @@ import torch
 from tailkit.errors import InvalidParameterError
 from tailkit.training.output_layer import OutputLayer, Rows
 from tailkit.training.schedules import Schedule, ScheduleSpec
+from tailkit.training.sparse_rows import apply_sparse_step
 from tailkit.validation import Interval
 
 
@@ -60,6 +62,7 @@ class RowSparseOptimizer:
         self.steps_per_epoch = 1
         self.total_steps: int | None = None
         self.dense: torch.optim.Optimizer | None = None
+        self.sparse_tables: list[torch.Tensor] = []
 
     def learning_rate(self, step: int) -> float:
         lr = self.lr * self.schedule.factor(step, self.steps_per_epoch, self.total_steps)
@@ -76,19 +79,21 @@ class RowSparseOptimizer:
         steps_per_epoch: int = 1,
         total_steps: int | None = None,
         sparse: bool = False,
-        sparse_encoder: bool = False,
+        sparse_tables: Sequence[torch.Tensor] = (),
         owner: str = "optimizer",
     ) -> None:
         """Allocate state for ``layer``; build the dense optimiser for the encoder.
 
         ``steps_per_epoch`` and ``total_steps`` place the schedule's epochs and its end;
-        ``sparse`` says the loss is sampled (row-sparse steps); ``sparse_encoder`` that some
-        encoder parameter gets sparse gradients (an ``EmbeddingBag`` input layer); ``owner`` is
-        the params key of this optimiser for error messages.
+        ``sparse`` says the loss is sampled (row-sparse steps); ``sparse_tables`` are the
+        encoder parameters (among ``encoder_params``) that get sparse gradients, the tables of
+        ``EmbeddingBag(sparse=True)`` input layers, which this optimiser updates row by row
+        (:mod:`tailkit.training.sparse_rows`) where it can; ``owner`` is the params key of
+        this optimiser for error messages.
         """
         if sparse:
             self._check_sparse(owner)
-        if sparse_encoder and getattr(self, "weight_decay", 0) > 0:
+        if sparse_tables and getattr(self, "weight_decay", 0) > 0:
             raise InvalidParameterError(
                 f"{owner}.weight_decay: the model's sparse input layer gets sparse gradients, "
                 "which torch's weight decay does not take; set weight_decay: 0 or the model's "
@@ -97,8 +102,14 @@ class RowSparseOptimizer:
         self.layer = layer
         self.steps_per_epoch = max(int(steps_per_epoch), 1)
         self.total_steps = total_steps
-        if encoder_params:
-            self.dense = self._dense_optimizer(encoder_params)
+        own = {id(p) for p in sparse_tables} if self._rows_exact() else set()
+        self.sparse_tables = [p for p in encoder_params if id(p) in own]
+        dense = [p for p in encoder_params if id(p) not in own]
+        self.dense = self._dense_optimizer(dense) if dense else None
+
+    def _rows_exact(self) -> bool:
+        """Whether a sparse table's row-by-row update is this optimiser's exact update."""
+        return True
 
     def _check_sparse(self, owner: str) -> None:
         """Raise when this optimiser is not exact under row-sparse (lazy) updates."""
@@ -111,14 +122,21 @@ class RowSparseOptimizer:
         self.step_dense(step)
 
     def step_dense(self, step: int) -> None:
-        """Step the dense parameters alone: those of a run whose output rows are frozen (LWS's
-        per-class scales, tailkit/training/decoupled.py)."""
+        """Step the encoder's parameters alone: those of a run whose output rows are frozen
+        (LWS's per-class scales, tailkit/training/decoupled.py)."""
+        lr = self.learning_rate(step)
         if self.dense is not None:
-            lr = self.learning_rate(step)
             for group in self.dense.param_groups:
                 group["lr"] = lr
             self.dense.step()
             self.dense.zero_grad(set_to_none=True)
+        for i, table in enumerate(self.sparse_tables):
+            if table.grad is not None:
+                self._update_table(i, table, table.grad, lr)
+                table.grad = None
+
+    def _update_table(self, i: int, table: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+        apply_sparse_step(table.data, grad, lr)
 
     def _update_rows(self, rows: Rows, lr: float) -> None:
         raise NotImplementedError
@@ -162,6 +180,10 @@ class RowSparseSGD(RowSparseOptimizer):
         self.nesterov = nesterov
         self.weight_decay = weight_decay
         self.velocity: dict[str, torch.Tensor] = {}
+
+    def _rows_exact(self) -> bool:
+        # torch's momentum buffer for a sparse gradient is itself sparse; leave that to torch
+        return self.momentum == 0
 
     def _check_sparse(self, owner: str) -> None:
         if self.momentum > 0 or self.weight_decay > 0:
@@ -247,6 +269,10 @@ class RowSparseAdagrad(RowSparseOptimizer):
         super().attach(layer, encoder_params, **kw)
         self.acc_w = torch.full_like(layer.weight, self.initial_accumulator)
         self.acc_b = torch.full_like(layer.bias, self.initial_accumulator)
+        self.acc_tables = [torch.full_like(t, self.initial_accumulator) for t in self.sparse_tables]
+
+    def _update_table(self, i: int, table: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+        apply_sparse_step(table.data, grad, lr, acc=self.acc_tables[i], eps=self.eps)
 
     def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.Adagrad(
@@ -270,12 +296,19 @@ class RowSparseAdagrad(RowSparseOptimizer):
                 table.index_add_(0, rows.ids, grad / a.sqrt_().add_(self.eps), alpha=-lr)
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "acc_w": self.acc_w, "acc_b": self.acc_b}
+        return {
+            **super().state_dict(),
+            "acc_w": self.acc_w,
+            "acc_b": self.acc_b,
+            "acc_tables": self.acc_tables,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.acc_w.copy_(state["acc_w"])
         self.acc_b.copy_(state["acc_b"])
+        for acc, saved in zip(self.acc_tables, state["acc_tables"], strict=True):
+            acc.copy_(saved)
 
 
 OPTIMIZERS = {"sgd": RowSparseSGD, "adagrad": RowSparseAdagrad}

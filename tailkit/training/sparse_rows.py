@@ -1,0 +1,90 @@
+"""Adagrad and SGD on a sparse input table (an ``EmbeddingBag(sparse=True)``), row by row.
+
+Why hand-written: ``torch.optim.Adagrad`` on a sparse gradient coalesces it, then makes about
+six passes over the touched rows of a table with 10^5–10^6 rows (add the squared values into
+the accumulator, ``sparse_mask`` it back out, divide, add into the weights), each a scattered
+read of rows that are no longer in cache, some through a per-row loop. On the default GeoNames
+run (830,909 columns, 512 rows of 18 non-zeros a step, width 128) that was 15 ms of a 60 ms
+step, more than the output layer's forward GEMM. Here one compiled pass sums each touched
+row's gradient (its duplicates in the order they came) and updates its accumulator and weights
+while the row is in cache.
+
+The arithmetic is torch's: g = Σ duplicates, a ← a + g·g, w ← w − lr·g/(√a + ε), the last as
+one fused multiply-add as torch's vectorised ``add_(…, alpha=−lr)`` does; tests/
+test_sparse_rows.py compares it with ``torch.optim.Adagrad`` and ``SGD`` on the same gradients.
+Each row is summed and updated by one thread in a fixed order, so the result does not depend
+on the thread count. Off the CPU the same update runs as torch ops.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+
+@numba.njit(parallel=True, cache=True)
+def _update(table, acc, sorted_ids, order, starts, values, lr, eps, adagrad):  # pragma: no cover
+    width = table.shape[1]
+    for s in numba.prange(starts.shape[0] - 1):
+        lo, hi = starts[s], starts[s + 1]
+        row = sorted_ids[lo]
+        g = values[order[lo]].copy()
+        for j in range(lo + 1, hi):
+            src = values[order[j]]
+            for c in range(width):
+                g[c] += src[c]
+        if adagrad:
+            for c in range(width):
+                a = acc[row, c] + g[c] * g[c]
+                acc[row, c] = a
+                table[row, c] = table[row, c] + (-lr) * (g[c] / (np.sqrt(a) + eps))
+        else:
+            for c in range(width):
+                table[row, c] = table[row, c] + (-lr) * g[c]
+
+
+def _torch_update(table, acc, ids, values, lr, eps) -> None:
+    merged = torch.sparse_coo_tensor(ids[None], values, table.shape).coalesce()
+    rows, g = merged.indices()[0], merged.values()
+    if acc is not None:
+        a = acc.index_select(0, rows).add_(g * g)
+        acc.index_copy_(0, rows, a)
+        g = g / a.sqrt_().add_(eps)
+    table.index_add_(0, rows, g, alpha=-lr)
+
+
+def apply_sparse_step(
+    table: torch.Tensor,
+    grad: torch.Tensor,
+    lr: float,
+    *,
+    acc: torch.Tensor | None = None,
+    eps: float = 1e-10,
+) -> None:
+    """Update ``table`` (rows × width) in place from its sparse COO gradient ``grad``: Adagrad
+    with accumulator ``acc`` (same shape, updated too), or plain SGD when ``acc`` is None."""
+    ids = grad._indices()[0]
+    values = grad._values()
+    if ids.numel() == 0:
+        return
+    with torch.no_grad():
+        if table.device.type != "cpu" or table.dtype not in (torch.float32, torch.float64):
+            _torch_update(table, acc, ids, values, lr, eps)
+            return
+        scalar = np.float32 if table.dtype == torch.float32 else np.float64
+        ids_np = ids.numpy()
+        order = np.argsort(ids_np, kind="stable")  # duplicates summed in the order they came
+        sorted_ids = ids_np[order]
+        starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1], True])
+        _update(
+            table.numpy(),
+            (acc if acc is not None else table).numpy(),
+            sorted_ids,
+            order,
+            starts,
+            values.contiguous().numpy(),
+            scalar(lr),  # in the table's precision, as torch casts alpha and eps
+            scalar(eps),
+            acc is not None,
+        )
