@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.decomposition import PCA as SklearnPCA
 
 from tailkit.plugins.featurizers._inputs import is_dense_2d, row_chunks, wrong_kind
 from tailkit.validation import SEED, Interval
@@ -36,11 +35,13 @@ class PCA:
         self.dim = dim
         self.whiten = whiten
         self.seed = seed
-        self.pca: SklearnPCA | None = None
+        self.pca: Any = None  # sklearn PCA, imported when fitted (its import costs ~2 s)
 
     def fit(self, inputs: Any) -> PCA:
         x = _dense(inputs)
         dim = min(self.dim, *x.shape)
+        from sklearn.decomposition import PCA as SklearnPCA
+
         self.pca = SklearnPCA(dim, whiten=self.whiten, random_state=self.seed).fit(x)
         return self
 

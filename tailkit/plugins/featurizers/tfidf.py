@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import TfidfTransformer
 
 from tailkit.plugins.featurizers._inputs import wrong_kind
 from tailkit.validation import Interval
@@ -42,7 +41,7 @@ class Tfidf:
         self.min_df = min_df
         self.columns: np.ndarray | None = None  # kept input columns, sorted
         self.in_dim: int | None = None
-        self.tfidf: TfidfTransformer | None = None
+        self.tfidf: Any = None  # sklearn TfidfTransformer, imported when fitted (~2 s)
 
     def fit(self, inputs: Any) -> Tfidf:
         counts = _counts(inputs)
@@ -58,6 +57,8 @@ class Tfidf:
                 f"featurizer 'tfidf': no column is in at least min_df={self.min_df} training rows"
             )
         self.columns = keep
+        from sklearn.feature_extraction.text import TfidfTransformer
+
         self.tfidf = TfidfTransformer(
             norm="l2", use_idf=True, smooth_idf=True, sublinear_tf=self.sublinear_tf
         ).fit(counts[:, keep])

@@ -15,8 +15,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.decomposition import TruncatedSVD
-from sklearn.feature_extraction.text import TfidfTransformer
 
 from tailkit.plugins.featurizers._inputs import is_dense_2d, row_chunks, wrong_kind
 from tailkit.validation import SEED, Interval
@@ -39,11 +37,15 @@ class TfidfSVD:
     def __init__(self, dim: int = 256, seed: int = 0) -> None:
         self.dim = dim
         self.seed = seed
-        self.tfidf: TfidfTransformer | None = None
-        self.svd: TruncatedSVD | None = None
+        # scikit-learn, imported when fitted: its import costs ~2 s of every command
+        self.tfidf: Any = None
+        self.svd: Any = None
 
     def fit(self, inputs: Any) -> TfidfSVD:
         counts = _counts(inputs)
+        from sklearn.decomposition import TruncatedSVD
+        from sklearn.feature_extraction.text import TfidfTransformer
+
         self.tfidf = TfidfTransformer(norm="l2", use_idf=True, smooth_idf=True).fit(counts)
         dim = min(self.dim, *counts.shape)
         self.svd = TruncatedSVD(dim, algorithm="randomized", random_state=self.seed)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.decomposition import PCA
-from sklearn.preprocessing import StandardScaler
+
+# scikit-learn is imported in the fits, not here: its import (~2 s, mostly scipy.stats) would
+# otherwise be paid by every command that loads the sampler registry, train and evaluate too.
 
 
 class WhitenedPCA:
@@ -39,6 +40,9 @@ class WhitenedPCA:
         x = np.asarray(features)
         if x.ndim != 2 or x.shape[0] < 2:
             raise ValueError(f"PCA needs at least two feature rows, got shape {x.shape}")
+        from sklearn.decomposition import PCA
+        from sklearn.preprocessing import StandardScaler
+
         scaler = StandardScaler().fit(x)
         # A constant feature has no correlation to speak of; StandardScaler leaves it at 0.
         dim = min(self.requested, x.shape[1], x.shape[0] - 1)
@@ -58,6 +62,8 @@ class WhitenedPCA:
         dim = min(self.requested, x.shape[1] - 1, x.shape[0] - 1)
         if dim < 1:
             raise ValueError(f"sparse PCA needs at least two columns and rows, got {x.shape}")
+        from sklearn.decomposition import PCA
+
         pca = PCA(n_components=dim, svd_solver="arpack", random_state=0).fit(x)
         variance = pca.explained_variance_
         keep = variance > variance[0] * 1e-10
