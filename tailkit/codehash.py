@@ -132,6 +132,17 @@ def module_fingerprint(module: str) -> dict[str, Any]:
     return {"module": module, "files": files, "sha256": digest(files)}
 
 
+def stage_code(stage: str) -> dict[str, Any]:
+    """The core files that stage module ``tailkit.stages.<stage>`` imports, transitively, with
+    their hashes: what ``fingerprints/stages/<stage>.json`` holds and the stage depends on.
+    Plugin modules are left out: a component's code enters through its own fingerprint."""
+    closure = import_closure(f"{CORE}.stages.{stage}")
+    files = file_hashes(
+        path for name, path in closure.items() if not name.startswith(f"{CORE}.plugins.")
+    )
+    return {"module": f"{CORE}.stages.{stage}", "files": files, "sha256": digest(files)}
+
+
 def tool_versions(factory: Any) -> dict[str, str | None]:
     """``{distribution: version}`` of what a component declares in ``requires`` (the tool a
     wrapped model runs: its code shapes the result but lives outside any package we hash);

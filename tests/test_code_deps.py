@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -42,14 +43,33 @@ def _core_closure(stage_module: str) -> set[str]:
 @pytest.mark.parametrize("stage", sorted(STAGE_MODULES))
 def test_each_stage_depends_on_exactly_the_core_modules_it_imports(stage):
     """Neither too broad (a folder, another stage's module) nor too narrow (a module the stage
-    imports but does not declare): the declared tailkit files are the stage's import closure."""
+    imports but does not declare): the stage depends on its module's fingerprint file, which
+    holds exactly the stage's import closure outside the plugins, and on no code directly."""
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"][stage]
     deps = (spec.get("do") or spec)["deps"]
-    declared = {d for d in deps if d.startswith("tailkit")}
-    assert declared == _core_closure(STAGE_MODULES[stage])
+    assert not any(d.startswith("tailkit") for d in deps)
+    module = STAGE_MODULES[stage]
+    assert f"fingerprints/stages/{module}.json" in deps
+    record = codehash.stage_code(module)
+    assert set(record["files"]) == _core_closure(module)
+    assert record["module"] == f"tailkit.stages.{module}"
     # built-in components come in through their fingerprints, like third-party ones
-    assert not any(d.startswith("tailkit/plugins") for d in declared)
-    assert any(d.startswith("fingerprints/") for d in deps) or stage in ("report", "seeds")
+    assert not any(f.startswith("tailkit/plugins") for f in record["files"])
+
+
+def test_the_fingerprint_stage_writes_every_stage_modules_closure(tmp_path):
+    """Every stage module gets its file (a new stage module gets one without a list to edit),
+    holding its closure's hashes."""
+    from tailkit.params import load_params
+    from tailkit.paths import Layout
+    from tailkit.stages import fingerprint
+
+    assert set(fingerprint.stage_modules()) == set(STAGE_MODULES.values())
+    fingerprint.run(load_params(ROOT / "params.yaml"), Layout(tmp_path), make_registry())
+    for module in fingerprint.stage_modules():
+        written = json.loads((tmp_path / "fingerprints" / "stages" / f"{module}.json").read_text())
+        assert written == codehash.stage_code(module)
+        assert written["sha256"] == codehash.digest(written["files"])
 
 
 @pytest.mark.parametrize("stage", sorted(STAGE_MODULES))
