@@ -50,22 +50,18 @@ def _imports(path: Path, module: str) -> tuple[tuple[str, tuple[str, ...]], ...]
 def _parsed_imports(
     source: bytes, filename: str, module: str, is_package: bool
 ) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    return tuple(_walk_imports(source, filename, module, is_package))
-
-
-def _walk_imports(
-    source: bytes, filename: str, module: str, is_package: bool
-) -> Iterable[tuple[str, tuple[str, ...]]]:
+    found: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):
-            yield from ((alias.name, ()) for alias in node.names)
+            found.extend((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = module.split(".")
                 keep = len(parts) - node.level + (1 if is_package else 0)
                 base = ".".join(parts[:keep] + ([node.module] if node.module else []))
-            yield base, tuple(alias.name for alias in node.names)
+            found.append((base, tuple(alias.name for alias in node.names)))
+    return tuple(found)
 
 
 def _root(top: str) -> Path | None:
@@ -126,9 +122,13 @@ def digest(hashes: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def module_fingerprint(module: str) -> dict[str, Any]:
-    """The files of ``module``'s closure in tailkit and their hashes (a stage's own code)."""
-    files = file_hashes(import_closure(module).values())
+def module_fingerprint(module: str, *, plugins: bool = True) -> dict[str, Any]:
+    """The files of ``module``'s closure in tailkit and their hashes (a stage's own code);
+    without ``plugins``, the closure leaves tailkit's plugin modules out."""
+    closure = import_closure(module)
+    files = file_hashes(
+        path for name, path in closure.items() if plugins or not name.startswith(f"{CORE}.plugins.")
+    )
     return {"module": module, "files": files, "sha256": digest(files)}
 
 
@@ -136,11 +136,7 @@ def stage_code(stage: str) -> dict[str, Any]:
     """The core files that stage module ``tailkit.stages.<stage>`` imports, transitively, with
     their hashes: what ``fingerprints/stages/<stage>.json`` holds and the stage depends on.
     Plugin modules are left out: a component's code enters through its own fingerprint."""
-    closure = import_closure(f"{CORE}.stages.{stage}")
-    files = file_hashes(
-        path for name, path in closure.items() if not name.startswith(f"{CORE}.plugins.")
-    )
-    return {"module": f"{CORE}.stages.{stage}", "files": files, "sha256": digest(files)}
+    return module_fingerprint(f"{CORE}.stages.{stage}", plugins=False)
 
 
 def tool_versions(factory: Any) -> dict[str, str | None]:

@@ -12,7 +12,7 @@ from tailkit.plugins.models.sparse import SparseLinear
 from tailkit.sparse import SparseRows
 from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
 from tailkit.training.output_layer import OutputLayer
-from tailkit.training.sparse_rows import apply_sparse_step
+from tailkit.training.sparse_rows import _torch_update, apply_sparse_step
 
 ROWS, WIDTH = 500, 12
 
@@ -97,6 +97,25 @@ def test_the_update_does_not_depend_on_the_thread_count() -> None:
         numba.set_num_threads(threads)
     for weight, acc in results[1:]:
         assert torch.equal(weight, results[0][0]) and torch.equal(acc, results[0][1])
+
+
+@pytest.mark.parametrize("adagrad", [True, False])
+def test_the_torch_path_off_the_cpu_kernel_gives_the_same_update(adagrad: bool) -> None:
+    """The update CUDA tables (and dtypes the kernel does not take) get, run here on CPU."""
+    ours, theirs = _twins(torch.float32)
+    acc_ours = torch.full_like(ours.weight, 0.1) if adagrad else None
+    acc_theirs = torch.full_like(theirs.weight, 0.1) if adagrad else None
+    for step in range(4):
+        for table in (ours, theirs):
+            _bag_grad(table, step)
+        apply_sparse_step(ours.weight.data, ours.weight.grad, 0.05, acc=acc_ours)
+        grad = theirs.weight.grad
+        _torch_update(
+            theirs.weight.data, acc_theirs, grad._indices()[0], grad._values(), 0.05, 1e-10
+        )
+    torch.testing.assert_close(ours.weight, theirs.weight, rtol=1e-5, atol=1e-6)
+    if adagrad:
+        torch.testing.assert_close(acc_ours, acc_theirs, rtol=1e-5, atol=1e-6)
 
 
 def test_an_empty_gradient_changes_nothing() -> None:

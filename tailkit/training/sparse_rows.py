@@ -9,9 +9,11 @@ step, more than the output layer's forward GEMM. Here one compiled pass sums eac
 row's gradient (its duplicates in the order they came) and updates its accumulator and weights
 while the row is in cache.
 
-The arithmetic is torch's: g = Σ duplicates, a ← a + g·g, w ← w − lr·g/(√a + ε), the last as
-one fused multiply-add as torch's vectorised ``add_(…, alpha=−lr)`` does; tests/
-test_sparse_rows.py compares it with ``torch.optim.Adagrad`` and ``SGD`` on the same gradients.
+The arithmetic is torch's: g = Σ duplicates, a ← a + g·g, w ← w − lr·g/(√a + ε), each step
+rounded on its own (no fused multiply-add, so no instruction set changes a value). It is not
+bit-identical to torch's, whose coalesce sums duplicates in another order and whose update
+rounds differently; tests/test_sparse_rows.py compares it with ``torch.optim.Adagrad`` and
+``SGD`` on the same gradients, and with a float64 formula.
 Each row is summed and updated by one thread in a fixed order, so the result does not depend
 on the thread count. Off the CPU the same update runs as torch ops.
 """
