@@ -138,14 +138,15 @@ def test_row_sparse_adagrad_owns_the_table_and_resumes_from_its_state() -> None:
     """The optimiser updates a sparse input table itself (torch's Adagrad gets none of it),
     the same as torch's would, and its checkpoint state carries the table's accumulator."""
 
-    def run(steps: range, state: dict | None = None, models=None):
+    def run(steps: range, state: tuple[dict, dict] | None = None, models=None):
         torch.manual_seed(0)
         encoder, layer = models or (SparseLinear(ROWS, dim=WIDTH, sparse_grad=True), None)
         layer = layer or OutputLayer(7, WIDTH)
         opt = RowSparseAdagrad(lr=0.1, initial_accumulator=0.0)
         opt.attach(layer, list(encoder.parameters()), sparse_tables=[encoder.embed.weight])
         if state is not None:
-            opt.load_state_dict(state)
+            opt.load_state_dict(state[0])
+            opt.load_row_tables(state[1])  # the output layer's accumulators
         for step in steps:
             logits, rows = layer.full(encoder(_sparse_batch(step)))
             torch.nn.functional.cross_entropy(logits, torch.arange(16) % 7).backward()
@@ -173,7 +174,7 @@ def test_row_sparse_adagrad_owns_the_table_and_resumes_from_its_state() -> None:
 
     # two steps, the state saved and loaded into a fresh optimiser, two more: the same model
     first_encoder, first_layer, first = run(range(2))
-    state = dict(first.state_dict())
+    state = (dict(first.state_dict()), {k: v.clone() for k, v in first.row_tables().items()})
     resumed_encoder, _, _ = run(range(2, 4), state, (first_encoder, first_layer))
     assert torch.equal(resumed_encoder.embed.weight, encoder.embed.weight)
 

@@ -171,8 +171,7 @@ def _train(
         x_val=x_val[val_pick],
         y_val=y_val[val_pick],
         class_counts=torch.as_tensor(meta["train_counts"], dtype=torch.float64),
-        # label-sharded runs do not checkpoint yet: one file per shard is to come
-        checkpoint=None if world.sharded else checkpoint,
+        checkpoint=checkpoint,  # every process writes the rows of its own labels
         progress=progress if world.rank == 0 else None,
         world=world,
     )

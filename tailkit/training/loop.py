@@ -24,6 +24,7 @@ label as ``val_balanced_accuracy``; with one label per row both are the single-l
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 
 from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, SampledBatch, Sampler
-from tailkit.distributed.ops import gather_rows
+from tailkit.distributed.ops import gather_rows, scale_gradient, sum_over_ranks
 from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
@@ -132,6 +133,7 @@ def sampled_input(
     log_prior: torch.Tensor,
     epoch: int = 0,
     step: int = 0,
+    world: World = ONE_PROCESS,
 ) -> tuple[SampledBatch, Rows]:
     """A batch's :class:`SampledBatch` and the output rows it touches.
 
@@ -140,6 +142,14 @@ def sampled_input(
     (row, positive) pairs, with every label of a pair's row marked as an accidental hit
     (module docstring). ``log_prior``, ``epoch`` and ``step`` fill the batch's fields of those
     names.
+
+    In a label-sharded run (``world``, ``layer`` this rank's shard) ``x``, ``z`` and ``y`` are
+    the whole global batch on every rank and ``generator`` is seeded alike on all, so every
+    rank draws the same negatives with the same log q; each scores the rows it owns, and the
+    logits are summed over the ranks, which gives every rank one process's batch, so any
+    sampled loss runs unchanged. Its gradient reaches each rank's own rows only; a term the
+    loss computes from ``batch.embeddings`` alone is replicated, so its gradient is scaled by
+    1/W (the embeddings' gradients are summed over the ranks).
     """
     pair_rows = None
     if isinstance(y, LabelSets):
@@ -155,16 +165,20 @@ def sampled_input(
     neg, neg_log_q = sampler.sample(given, y, negatives, generator)
     pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
     scored = layer.sampled(z, y, neg)
+    pos, negative, embeddings = scored.pos, scored.neg, z
+    if world.sharded:
+        pos, negative = sum_over_ranks(pos, world), sum_over_ranks(negative, world)
+        embeddings = scale_gradient(z, 1.0 / world.size)
     batch = SampledBatch(
         labels=y,
-        pos_logits=scored.pos,
-        neg_logits=scored.neg,
+        pos_logits=pos,
+        neg_logits=negative,
         pos_log_q=pos_log_q,
         neg_log_q=neg_log_q,
         hits=scored.hits if pair_rows is None else sets.contains(pair_rows, neg),
         neg_ids=neg,
         sampler_conditional=sampler.conditional,
-        embeddings=z,
+        embeddings=embeddings,
         log_prior=log_prior,
         epoch=epoch,
         step=step,
@@ -201,7 +215,7 @@ def train(
     (``Loss.shardable``). Validation: every rank scores its own labels for all validation rows
     and the top-1 is merged (tailkit/distributed/predict.py)."""
     if world.sharded:
-        _check_shardable(cfg, loss, sampler, checkpoint)
+        _check_shardable(cfg, loss, sampler)
         forward: Any = _replicated(encoder, world)
     else:
         forward = encoder
@@ -242,40 +256,53 @@ def train(
 
     step, seconds, curve = 0, 0.0, []
     running, running_n = 0.0, 0
-    if checkpoint is not None and (state := checkpoint.load()) is not None:
+    span = {"label_start": layer.label_start, "world": world}
+    state = None
+    if checkpoint is not None:
+        state = checkpoint.load(label_stop=layer.label_start + layer.num_classes, **span)
+    if state is not None:
         step, seconds, curve = state["step"], state["seconds"], state["curve"]
-        layer.load_state_dict(state["layer"])
+        if tables := state["rows"]:  # this process's rows; none for a rank without labels
+            layer.load_state_dict({"weight": tables["layer.weight"], "bias": tables["layer.bias"]})
+            optimizer.load_row_tables(
+                {k.removeprefix("optimizer."): v for k, v in tables.items() if k[:6] != "layer."}
+            )
         encoder.load_state_dict(state["encoder"])
         loss.load_state_dict(state["loss"])
         optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])  # dropout and other global-RNG draws
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        _restore_rank_rng(state, world, cfg.seed, step)
         sample_gen.set_state(state["sample_gen"])
         if state.get("augment_gen") is not None:
             augment_gen.set_state(state["augment_gen"])
         running, running_n = state["running"]
 
     def save_checkpoint() -> None:
-        if checkpoint is not None:
-            checkpoint.save(
-                {
-                    "step": step,
-                    "seconds": seconds,
-                    "curve": curve,
-                    "layer": layer.state_dict(),
-                    "encoder": encoder.state_dict(),
-                    "loss": loss.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all()
+        if checkpoint is None:
+            return
+        rows = {"layer.weight": layer.weight, "layer.bias": layer.bias}
+        rows.update({f"optimizer.{k}": v for k, v in optimizer.row_tables().items()})
+        checkpoint.save(
+            {
+                "step": step,
+                "seconds": seconds,
+                "curve": curve,
+                "encoder": encoder.state_dict(),
+                "loss": loss.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                # dropout and other draws from the global generators, one state per process
+                "rng": _gathered(torch.get_rng_state(), world),
+                "cuda_rng": (
+                    _gathered(torch.cuda.get_rng_state(), world)
                     if torch.cuda.is_available()
-                    else None,
-                    "sample_gen": sample_gen.get_state(),
-                    "augment_gen": augment_gen.get_state(),
-                    "running": (running, running_n),
-                }
-            )
+                    else None
+                ),
+                "sample_gen": sample_gen.get_state(),
+                "augment_gen": augment_gen.get_state(),
+                "running": (running, running_n),
+            },
+            rows,
+            **span,
+        )
 
     # Each epoch's rows are a function of (seed, epoch): a resumed run rebuilds the
     # interrupted epoch's order without having saved it.
@@ -288,11 +315,8 @@ def train(
         if position == 0 or order is None:
             order = rows_of.epoch_rows(cfg.seed, epoch)
         idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
-        mine = idx.tensor_split(world.size)[world.rank] if world.sharded else idx
-        x = x_train.index_select(0, mine).to(device, non_blocking=True)
+        x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
-        if transform is not None:
-            x = transform(x, augment_gen)
         z = forward(x)
         if world.sharded:
             z = gather_rows(z, world)
@@ -317,7 +341,7 @@ def train(
             batch, rows = sampled_input(
                 layer,
                 sampler,
-                x,
+                whole,
                 z,
                 y,
                 cfg.negatives,
@@ -325,6 +349,7 @@ def train(
                 log_prior=ctx.log_prior,
                 epoch=epoch,
                 step=step,
+                world=world,
             )
         if batch is not None:
             value = loss(batch)
@@ -370,24 +395,77 @@ def train(
     return TrainResult(steps=step, seconds=seconds, curve=curve, checkpoint_every=checkpoint_every)
 
 
-def _check_shardable(
-    cfg: LoopConfig, loss: Loss, sampler: Sampler | None, checkpoint: Checkpointer | None
-) -> None:
+def _batch_inputs(
+    x_train: torch.Tensor,
+    idx: torch.Tensor,
+    world: World,
+    transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None,
+    augment_gen: torch.Generator,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The encoder's input rows of a step and the whole global batch's (the sampler's input).
+
+    One process: both are the batch. A sharded run encodes its own slice of the global batch;
+    augmentation is drawn for the whole batch (so a row gets the crop it gets in one process)
+    and sliced, and the sampler sees the whole batch, as every rank draws for all of it."""
+    if not world.sharded:
+        x = x_train.index_select(0, idx).to(device, non_blocking=True)
+        if transform is not None:
+            x = transform(x, augment_gen)
+        return x, x
+    whole = x_train.index_select(0, idx).to(device, non_blocking=True)
+    if transform is not None:
+        whole = transform(whole, augment_gen)
+        return whole.tensor_split(world.size)[world.rank], whole
+    mine = idx.tensor_split(world.size)[world.rank]
+    return x_train.index_select(0, mine).to(device, non_blocking=True), whole
+
+
+def _check_shardable(cfg: LoopConfig, loss: Loss, sampler: Sampler | None) -> None:
     where = f"experiments.{cfg.experiment}"
     if sampler is not None:
-        raise InvalidParameterError(
-            f"{where}.sampler: label-sharded training (train.distributed) runs full-mode losses "
-            "only so far; use sampler: none or one process"
-        )
+        # A sampled loss sees one process's batch (sampled_input): any one trains sharded,
+        # but the model-based sampler would need every label's score on every rank.
+        if sampler.conditions_on == "scores":
+            raise InvalidParameterError(
+                f"{where}.sampler: a sampler that draws from the model's own scores needs every "
+                "label's score on every rank, which label-sharded training (train.distributed) "
+                "does not gather; use another sampler or one process"
+            )
+        return
     if not loss.shardable:
         raise InvalidParameterError(
             f"{where}.loss: {type(loss).__name__} cannot reduce over a label shard "
             "(Loss.shardable); run it in one process (train.distributed.nproc_per_node: 1)"
         )
-    if checkpoint is not None:
-        raise InvalidParameterError(
-            f"{where}: label-sharded runs do not checkpoint yet; pass no checkpointer"
+
+
+def _gathered(state: torch.Tensor, world: World) -> list[torch.Tensor]:
+    """Every process's ``state`` (a generator's), in rank order."""
+    if not world.sharded:
+        return [state]
+    every: list[Any] = [None] * world.size
+    torch.distributed.all_gather_object(every, state, group=world.group)
+    return every
+
+
+def _restore_rank_rng(state: dict[str, Any], world: World, seed: int, step: int) -> None:
+    """Put back this process's global generators (dropout's draws) as the checkpoint left
+    them; a run resumed with another number of processes has no such state for each rank,
+    so each seeds its own from (seed, step, rank) instead."""
+    saved, cuda = state["rng"], state["cuda_rng"]
+    if len(saved) == world.size:
+        torch.set_rng_state(saved[world.rank])
+        if cuda is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state(cuda[world.rank])
+        return
+    if world.rank == 0:
+        print(
+            f"train: the checkpoint was written by {len(saved)} process(es), this run has "
+            f"{world.size}: the global random streams (dropout) restart from (seed, step, rank)",
+            file=sys.stderr,
         )
+    torch.manual_seed(hash((seed, step, world.rank)) & (2**63 - 1))
 
 
 def _replicated(encoder: Encoder, world: World) -> torch.nn.Module:
@@ -438,7 +516,7 @@ def _tensor_bytes(obj: Any) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, RowSparseOptimizer):
-        return _tensor_bytes(obj.state_dict())
+        return _tensor_bytes(obj.state_dict()) + _tensor_bytes(obj.row_tables())
     if isinstance(obj, dict):
         return sum(_tensor_bytes(v) for v in obj.values())
     if isinstance(obj, list | tuple):

@@ -142,11 +142,23 @@ class RowSparseOptimizer:
         raise NotImplementedError
 
     def state_dict(self) -> dict:
+        """The state that is not per output row (:meth:`row_tables` holds that)."""
         return {"dense": self.dense.state_dict() if self.dense else None}
 
     def load_state_dict(self, state: dict) -> None:
         if self.dense is not None and state.get("dense") is not None:
             self.dense.load_state_dict(state["dense"])
+
+    def row_tables(self) -> dict[str, torch.Tensor]:
+        """The state kept per output row, by name, each with the layer's rows as its first
+        dimension: a checkpoint stores them by label block, so that a run resumes with another
+        number of processes (each loads the rows of its own labels)."""
+        return {}
+
+    def load_row_tables(self, tables: dict[str, torch.Tensor]) -> None:
+        """Copy :meth:`row_tables` back in (this process's rows)."""
+        for name, table in self.row_tables().items():
+            table.copy_(tables[name])
 
 
 class RowSparseSGD(RowSparseOptimizer):
@@ -231,13 +243,8 @@ class RowSparseSGD(RowSparseOptimizer):
                 grad = grad.add(v, alpha=self.momentum) if self.nesterov else v
             table.add_(grad, alpha=-lr)
 
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "velocity": self.velocity}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        for name, v in state.get("velocity", {}).items():
-            self.velocity[name].copy_(v)
+    def row_tables(self) -> dict[str, torch.Tensor]:
+        return {f"velocity.{name}": v for name, v in self.velocity.items()}
 
 
 class RowSparseAdagrad(RowSparseOptimizer):
@@ -296,19 +303,15 @@ class RowSparseAdagrad(RowSparseOptimizer):
                 table.index_add_(0, rows.ids, grad / a.sqrt_().add_(self.eps), alpha=-lr)
 
     def state_dict(self) -> dict:
-        return {
-            **super().state_dict(),
-            "acc_w": self.acc_w,
-            "acc_b": self.acc_b,
-            "acc_tables": self.acc_tables,
-        }
+        return {**super().state_dict(), "acc_tables": self.acc_tables}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.acc_w.copy_(state["acc_w"])
-        self.acc_b.copy_(state["acc_b"])
         for acc, saved in zip(self.acc_tables, state["acc_tables"], strict=True):
             acc.copy_(saved)
+
+    def row_tables(self) -> dict[str, torch.Tensor]:
+        return {"acc_w": self.acc_w, "acc_b": self.acc_b}
 
 
 OPTIMIZERS = {"sgd": RowSparseSGD, "adagrad": RowSparseAdagrad}

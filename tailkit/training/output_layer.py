@@ -166,6 +166,11 @@ class OutputLayer:
     def dim(self) -> int:
         return self.weight.shape[1]
 
+    @property
+    def is_shard(self) -> bool:
+        """Whether this layer holds only some labels' rows (a rank's shard)."""
+        return self.label_start != 0 or self.num_classes != self.total_classes
+
     def all_rows(self) -> Rows:
         """Every row, as leaves sharing storage with the table (for full-softmax steps)."""
         return Rows(
@@ -202,12 +207,25 @@ class OutputLayer:
         """Positive logits (B,) and negative logits (B, m) touching only those rows.
 
         ``neg`` is (m,) for negatives shared by the batch (one GEMM) or (B, m) per example.
+        Label ids are global; a label shard (:attr:`is_shard`) scores the labels it owns and
+        gives 0 for the others, and ``rows`` holds its own rows only, under local ids.
         """
         batch = labels.shape[0]
         ids, inverse = torch.unique(torch.cat([labels, neg.reshape(-1)]), return_inverse=True)
-        rows = self.gather(ids)
         pos_idx, neg_idx = inverse[:batch], inverse[batch:].view(neg.shape)
-        weight, bias = rows.weight, rows.bias
+        if self.is_shard:
+            # A label shard scores the ids it owns and gives 0 for the rest: zero rows in
+            # place of the others' (index_copy passes the gradient to the owned rows only).
+            # Summed over the ranks (tailkit.distributed.ops.sum_over_ranks), every logit is
+            # its owner's, exactly: x + 0 = x.
+            local = ids - self.label_start
+            owned = ((local >= 0) & (local < self.num_classes)).nonzero().squeeze(1)
+            rows = self.gather(local.index_select(0, owned))
+            weight = rows.weight.new_zeros(ids.shape[0], self.dim).index_copy(0, owned, rows.weight)
+            bias = rows.bias.new_zeros(ids.shape[0]).index_copy(0, owned, rows.bias)
+        else:
+            rows = self.gather(ids)
+            weight, bias = rows.weight, rows.bias
         if self.cosine_scale is not None:
             z, weight = self._cosine(z, weight)
             bias = torch.zeros_like(bias)
