@@ -322,6 +322,38 @@ def report(
 
 
 @cli.command()
+@click.option("--num-classes", required=True, type=click.IntRange(1), help="Labels C.")
+@click.option("--dim", required=True, type=click.IntRange(1), help="Embedding width d.")
+@click.option("--nproc", default=1, show_default=True, type=click.IntRange(1),
+              help="Processes W sharing the labels (all hosts together).")  # fmt: skip
+@click.option("--dtype", default="fp32", show_default=True,
+              type=click.Choice(["fp32", "bf16", "fp16"]))  # fmt: skip
+@click.option("--optimizer", default="adagrad", show_default=True,
+              type=click.Choice(["adagrad", "sgd"]), help="sgd: with momentum.")  # fmt: skip
+@click.option("--batch-size", default=4096, show_default=True, type=click.IntRange(1))
+@click.option("--negatives", type=click.IntRange(1), default=None,
+              help="Sampled mode with this many negatives a row; full softmax without it.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+def plan(
+    num_classes: int,
+    dim: int,
+    nproc: int,
+    dtype: str,
+    optimizer: str,
+    batch_size: int,
+    negatives: int | None,
+    as_json: bool,
+) -> None:
+    """Bytes per process of a label-sharded run: output layer, optimizer state, one step's
+    activations, and bytes sent per step (tailkit/distributed/plan.py)."""
+    from tailkit.distributed import plan as planning
+
+    p = planning.plan(num_classes, dim, nproc, dtype=dtype, optimizer=optimizer,
+                      batch_size=batch_size, negatives=negatives)  # fmt: skip
+    click.echo(json.dumps(planning.as_dict(p)) if as_json else planning.describe(p))
+
+
+@cli.command()
 @click.argument("a")
 @click.argument("b")
 @params_option

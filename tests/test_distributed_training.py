@@ -122,11 +122,12 @@ def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -
     torchrun (two gloo processes), rank 0 writes the model files one process writes, with the
     same tensors up to float rounding, and evaluation, sharded as well, sees the same
     accuracy."""
+    names = ("softmax", "ldam", "adversarial")  # adversarial: sampled, the tree's correction
     params = copy.deepcopy(TINY_PARAMS)
-    params["experiments"] = {k: params["experiments"][k] for k in ("softmax", "ldam")}
-    params["samplers"] = {}
+    params["experiments"] = {k: params["experiments"][k] for k in names}
+    params["samplers"] = {"tree": params["samplers"]["tree"]}
     project = make_project(tmp_path / "project", params)
-    targets = ["dvc", "repro", "evaluate@softmax", "evaluate@ldam"]
+    targets = ["dvc", "repro", *(f"evaluate@{name}" for name in names)]
     run(targets, project)
 
     def outputs() -> dict:
@@ -138,15 +139,22 @@ def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -
                     (project / "metrics" / "timings" / "train" / f"{name}.json").read_text()
                 ),
             )
-            for name in ("softmax", "ldam")
+            for name in names
         }
 
     one = outputs()
     params["train"]["distributed"] = {"nproc_per_node": 2}
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run(targets, project)
+    # A sampled step through a parameter-free encoder is one process's bit for bit (each logit
+    # is its owner's, plus zeros), so DVC finds the model unchanged and keeps its evaluation:
+    # run that again, sharded (by rows: the tree's per-row correction).
+    w_two = tensorfile.load(project / "data" / "models" / "adversarial" / "model.safetensors")
+    assert torch.equal(one["adversarial"][0]["layer"]["weight"], w_two["layer"]["weight"])
+    run(["dvc", "repro", "--force", "--single-item", "evaluate@adversarial"], project)
     two = outputs()
-    for name in ("softmax", "ldam"):
+    assert two["adversarial"][1]["test"] == one["adversarial"][1]["test"]  # exact
+    for name in names:
         (w1, m1, t1), (w2, m2, t2) = one[name], two[name]
         assert (t1["world_size"], t2["world_size"]) == (1, 2)
         timing = project / "metrics" / "timings" / "evaluate" / f"{name}.json"
@@ -156,6 +164,65 @@ def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -
             for key in w1[part]:
                 torch.testing.assert_close(w2[part][key], w1[part][key], rtol=1e-3, atol=1e-4)
         assert abs(m2["test"]["accuracy"] - m1["test"]["accuracy"]) <= 0.01, name
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_rank_ends_the_job_and_dvc_repro_resumes_to_the_same_model(tmp_path):
+    """Two processes train a sampled experiment (the tree's negatives) with frequent
+    checkpoints; SIGKILL of rank 1 alone makes torchrun end the whole job with a non-zero
+    exit, the per-block checkpoint stays, and `dvc repro` resumes from it to the model bytes of
+    an uninterrupted two-process run."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+    from conftest import tool_env
+
+    params = copy.deepcopy(TINY_PARAMS)
+    slow = {**params["experiments"]["adversarial"], "loss": {"name": "sampled-softmax"}}
+    params["experiments"] = {"slow": {**slow, "epochs": 40}}
+    params["samplers"] = {"tree": params["samplers"]["tree"]}
+    params["train"]["checkpoint_every"] = 40
+    params["train"]["distributed"] = {"nproc_per_node": 2}
+    project = make_project(tmp_path / "project", params)
+    run(["dvc", "repro", "train@slow"], project)
+    model = project / "data" / "models" / "slow"
+    reference = {p.name: p.read_bytes() for p in model.iterdir()}
+
+    checkpoint = project / "data" / "checkpoints" / "slow" / "state.pt"
+    proc = subprocess.Popen(
+        ["dvc", "repro", "--force", "train@slow"],
+        cwd=project,
+        env=tool_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert checkpoint.exists(), "no checkpoint appeared before the run ended"
+    ranks = [
+        child
+        for child in psutil.Process(proc.pid).children(recursive=True)
+        if child.environ().get("RANK") == "1" and "tailkit" in " ".join(child.cmdline())
+    ]
+    assert len(ranks) == 1, ranks
+    os.kill(ranks[0].pid, signal.SIGKILL)
+    try:
+        assert proc.wait(timeout=180) not in (0, None)  # the job ends, and says it failed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert checkpoint.exists()
+    assert list((checkpoint.parent).glob("rows-*/rows-*.pt"))
+
+    done = run(["dvc", "repro", "train@slow"], project)
+    assert "resuming from" in done.stderr + done.stdout
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == reference
+    assert not checkpoint.parent.exists()  # a finished run clears its checkpoint
 
 
 def _predictions(world: World) -> None:

@@ -1,9 +1,10 @@
 """The output layer of a label-sharded run: each rank's rows, and the whole layer back.
 
-Every rank draws the whole layer's initial rows from the same seeded generator and keeps its
-own range (:func:`shard_layer`), so a run starts from the bits one process starts from whatever
-W is (at C × d beyond one process's memory the draw would go block by block; not needed yet).
-:func:`whole_layer` gathers the rows back in label order, for validation and for the model
+A training run builds each rank's rows directly (``OutputLayer.for_loss(..., rows=...)``): the
+rank draws the rows before its own from the same seeded generator and throws them away, block
+by block, so it starts from the bits one process starts from whatever W is, without the whole
+layer in memory. :func:`shard_layer` cuts a whole layer that is already in memory (a trained
+model that evaluation read). :func:`whole_layer` gathers the rows back in label order, for validation and for the model
 file rank 0 writes, which is then the same file one process writes.
 """
 

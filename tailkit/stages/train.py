@@ -27,7 +27,7 @@ from tailkit.cache import read_features
 from tailkit.checksum import params_hash
 from tailkit.codehash import experiment_code, module_fingerprint
 from tailkit.distributed.launch import join_world, leave_world
-from tailkit.distributed.layer import shard_layer, whole_layer
+from tailkit.distributed.layer import whole_layer
 from tailkit.distributed.world import World
 from tailkit.experiment import (
     build_model,
@@ -105,8 +105,9 @@ def _train(
         encoder.out_dim,
         device=device,
         generator=torch.Generator().manual_seed(seed),
+        # this process's labels (all of them in one process), drawn without the others' rows
+        rows=world.label_range(meta["num_classes"]) if world.sharded else None,
     )
-    layer = shard_layer(layer, world)  # this process's labels (all of them in one process)
     sampled_labels = None if sampler is None else 1 + settings["negatives"]
     cfg = LoopConfig(
         experiment=experiment,

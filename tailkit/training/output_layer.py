@@ -94,6 +94,20 @@ def unit_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     return out
 
 
+def _skip_uniform(count: int, generator: torch.Generator | None) -> None:
+    """Advance ``generator`` past ``count`` uniform float32 draws, a bounded block at a time.
+
+    The CPU generator's uniform draws are one per element in order, however a tensor is cut
+    (tests/test_output_layer_shard.py), so a shard that draws the rows before its own and
+    throws them away gets the whole layer's bits for its rows; this costs the time of drawing
+    them, not their memory."""
+    scratch = torch.empty(min(count, 1 << 22))
+    while count > 0:
+        part = scratch[: min(count, scratch.numel())]
+        part.uniform_(generator=generator)
+        count -= part.numel()
+
+
 @dataclass
 class Rows:
     """The rows a step touches: ``ids`` (None = all rows) and leaf views that collect grads."""
@@ -123,18 +137,25 @@ class OutputLayer:
         generator: torch.Generator | None = None,
         cosine_scale: float | None = None,
         initial_bias: float = 0.0,
+        rows: tuple[int, int] | None = None,
     ) -> None:
         # Xavier-uniform for weights, as the Bamler–Mandt reference does; biases from the loss
         # (0 except for sigmoid losses).
         bound = math.sqrt(6.0 / (num_classes + dim))
-        weight = torch.empty(num_classes, dim)
-        weight.uniform_(-bound, bound, generator=generator)
+        start, stop = (0, num_classes) if rows is None else rows
+        # drawn on the CPU so that every device starts from the same bits; a meta layer
+        # (tailkit plan: shapes and bytes only) draws nothing
+        meta = torch.device(device).type == "meta"
+        weight = torch.empty(stop - start, dim, device="meta" if meta else "cpu")
+        if not meta:
+            _skip_uniform(start * dim, generator)
+            weight.uniform_(-bound, bound, generator=generator)
         self.weight = weight.to(device)
-        self.bias = torch.full((num_classes,), float(initial_bias), device=device)
+        self.bias = torch.full((stop - start,), float(initial_bias), device=device)
         self.cosine_scale = cosine_scale
-        # A label shard of a sharded run holds rows label_start … of total_classes labels
-        # (tailkit/distributed/layer.py); a whole layer holds them all from 0.
-        self.label_start = 0
+        # A label shard of a sharded run (``rows``: its [start, stop)) holds rows label_start …
+        # of total_classes labels (tailkit/distributed/layer.py); a whole layer holds them all.
+        self.label_start = start
         self.total_classes = num_classes
 
     @classmethod
@@ -146,8 +167,11 @@ class OutputLayer:
         *,
         device: torch.device | str = "cpu",
         generator: torch.Generator | None = None,
+        rows: tuple[int, int] | None = None,
     ) -> OutputLayer:
-        """The layer a loss asks for: cosine logits (``loss.cosine_scale``) and its initial bias."""
+        """The layer a loss asks for: cosine logits (``loss.cosine_scale``) and its initial bias;
+        with ``rows`` (start, stop) only those labels' rows, the bits the whole layer has there
+        (a label shard, drawn without the whole layer in memory)."""
         return cls(
             num_classes,
             dim,
@@ -155,6 +179,7 @@ class OutputLayer:
             generator=generator,
             cosine_scale=loss.cosine_scale,
             initial_bias=loss.initial_bias(num_classes),
+            rows=rows,
         )
 
     @property

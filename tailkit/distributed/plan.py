@@ -1,0 +1,122 @@
+"""What a label-sharded run needs per process, before it is run: ``tailkit plan``.
+
+The output layer and the optimiser's per-row state are built for the largest shard on torch's
+meta device, by the code a run allocates them with (:class:`OutputLayer`, the optimiser's
+``attach`` and ``row_tables``, :func:`~tailkit.distributed.world.shard_range`), so their bytes
+are the ones training would hold and change with it. A step's activations and the bytes a
+process sends are counted from the step's shapes (tailkit/training/loop.py and
+tailkit/distributed/ops.py): in full mode the logits of its labels and their gradient, the
+gathered embeddings and their gradient's all-reduce, and the (B,) softmax statistics; in
+sampled mode the (B, 1 + m) logits, all-reduced (the global draw of the distributed design
+note, §3.3). Ring collectives move about (W − 1)/W of a tensor per process, all-reduce twice
+that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from tailkit.distributed.world import LABEL_BLOCK, shard_range
+from tailkit.training.optim import OPTIMIZERS
+from tailkit.training.output_layer import OutputLayer
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Bytes per process of the largest shard, and per step."""
+
+    num_classes: int
+    dim: int
+    nproc: int
+    dtype: str
+    optimizer: str
+    batch_size: int
+    negatives: int | None  # None: full mode (every label scored)
+    labels_per_rank: int
+    layer_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+    sent_bytes_per_step: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Output layer, optimiser state and one step's activations, per process."""
+        return self.layer_bytes + self.optimizer_bytes + self.activation_bytes
+
+
+def plan(
+    num_classes: int,
+    dim: int,
+    nproc: int,
+    *,
+    dtype: str = "fp32",
+    optimizer: str = "adagrad",
+    batch_size: int = 4096,
+    negatives: int | None = None,
+    block: int = LABEL_BLOCK,
+) -> Plan:
+    """The :class:`Plan` of ``nproc`` processes sharing ``num_classes`` labels of a ``dim``-wide
+    output layer (``negatives`` None: full softmax; else sampled with that many per row)."""
+    widest = max(
+        stop - start
+        for start, stop in (shard_range(num_classes, r, nproc, block) for r in range(nproc))
+    )
+    layer = OutputLayer(widest, dim, device="meta")
+    layer.weight, layer.bias = layer.weight.to(DTYPES[dtype]), layer.bias.to(DTYPES[dtype])
+    opt = OPTIMIZERS[optimizer](**({"momentum": 0.9} if optimizer == "sgd" else {}))
+    opt.attach(layer, [])
+    size = torch.tensor([], dtype=DTYPES[dtype]).element_size()
+    share = (nproc - 1) / nproc  # of a tensor a ring collective moves per process
+    if negatives is None:
+        activations = 2 * batch_size * widest * size  # logits and their gradient
+        # gathered Z, its gradient's all-reduce (2×), and the softmax's max, Σexp and pick
+        sent = batch_size * dim * size * 3 * share + 3 * 2 * batch_size * 4 * share
+    else:
+        activations = 2 * batch_size * (1 + negatives) * 4
+        sent = batch_size * dim * size * 3 * share + 2 * batch_size * (1 + negatives) * 4 * share
+    return Plan(
+        num_classes=num_classes,
+        dim=dim,
+        nproc=nproc,
+        dtype=dtype,
+        optimizer=optimizer,
+        batch_size=batch_size,
+        negatives=negatives,
+        labels_per_rank=widest,
+        layer_bytes=_bytes(layer.state_dict().values()),
+        optimizer_bytes=_bytes(opt.row_tables().values()),
+        activation_bytes=activations,
+        sent_bytes_per_step=round(sent) if nproc > 1 else 0,
+    )
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def describe(p: Plan) -> str:
+    """The plan as a few lines of text (what ``tailkit plan`` prints)."""
+    mode = "full softmax" if p.negatives is None else f"sampled, {p.negatives} negatives a row"
+    setup = f"{p.nproc} process(es), {p.dtype}, {p.optimizer}, batch {p.batch_size:,}, {mode}"
+    rows = [
+        f"{p.num_classes:,} labels × {p.dim} dims, {setup}",
+        f"labels per process (largest shard): {p.labels_per_rank:,}",
+        f"output layer        {_gb(p.layer_bytes)}",
+        f"optimizer state     {_gb(p.optimizer_bytes)}",
+        f"step activations    {_gb(p.activation_bytes)}",
+        f"total per process   {_gb(p.total_bytes)}",
+        f"sent per step       {_gb(p.sent_bytes_per_step)}",
+    ]
+    return "\n".join(rows)
+
+
+def as_dict(p: Plan) -> dict:
+    return {**asdict(p), "total_bytes": p.total_bytes}
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:10.3f} GB"

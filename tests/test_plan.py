@@ -1,0 +1,75 @@
+"""``tailkit plan``: per-process bytes of a label-sharded run, from the code that allocates them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tailkit.cli import cli
+from tailkit.distributed.plan import plan
+from tailkit.distributed.world import shard_range
+from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.training.output_layer import OutputLayer
+
+
+def _held(layer: OutputLayer, optimizer) -> tuple[int, int]:
+    layer_bytes = sum(t.numel() * t.element_size() for t in layer.state_dict().values())
+    opt_bytes = sum(t.numel() * t.element_size() for t in optimizer.row_tables().values())
+    return layer_bytes, opt_bytes
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "cls"), [("adagrad", RowSparseAdagrad), ("sgd", RowSparseSGD)]
+)
+def test_the_plan_counts_what_a_real_shard_allocates(optimizer, cls) -> None:
+    """At a size that fits, the planned bytes equal those of a real layer and optimiser built
+    for the widest shard (float32), and the widest shard is shard_range's."""
+    c, d, w, block = 50_000, 24, 3, 4096
+    p = plan(c, d, w, optimizer=optimizer, block=block)
+    widest = max(b - a for a, b in (shard_range(c, r, w, block) for r in range(w)))
+    assert p.labels_per_rank == widest == 50_000 - 8 * 4096  # 13 blocks: 4, 4 and 5 (short)
+    layer = OutputLayer(widest, d)
+    opt = cls(lr=0.1, **({"momentum": 0.9} if optimizer == "sgd" else {}))
+    opt.attach(layer, [])
+    assert (p.layer_bytes, p.optimizer_bytes) == _held(layer, opt)
+    assert p.layer_bytes == widest * (d + 1) * 4
+
+
+def test_the_plan_halves_per_process_with_twice_the_processes_and_bf16_halves_again() -> None:
+    one, two = plan(1_000_000, 512, 1), plan(1_000_000, 512, 2)
+    assert two.layer_bytes == pytest.approx(one.layer_bytes / 2, rel=0.01)
+    assert two.activation_bytes == pytest.approx(one.activation_bytes / 2, rel=0.01)
+    assert one.sent_bytes_per_step == 0 < two.sent_bytes_per_step
+    half = plan(1_000_000, 512, 2, dtype="bf16")
+    assert half.layer_bytes * 2 == two.layer_bytes
+    # sampled mode: activations no longer grow with C
+    sampled = plan(10_000_000, 512, 8, negatives=1024)
+    assert sampled.activation_bytes == 2 * 4096 * 1025 * 4
+    assert plan(100_000_000, 512, 8, negatives=1024).activation_bytes == sampled.activation_bytes
+
+
+def test_the_plan_builds_nothing_it_counts() -> None:
+    """10^8 labels × 512 would be 205 GB on the CPU: the plan takes no memory to say so."""
+    p = plan(100_000_000, 512, 1)
+    assert p.layer_bytes == 100_000_000 * 513 * 4
+
+
+def test_tailkit_plan_prints_text_and_json() -> None:
+    runner = CliRunner()
+    text = runner.invoke(cli, ["plan", "--num-classes", "10000000", "--dim", "512", "--nproc", "8"])
+    assert text.exit_code == 0, text.output
+    assert "labels per process (largest shard): 1,253,376" in text.output
+    out = runner.invoke(
+        cli, ["plan", "--num-classes", "1000", "--dim", "8", "--negatives", "4", "--json"]
+    )
+    record = json.loads(out.output)
+    assert record["negatives"] == 4 and record["nproc"] == 1
+    assert record["total_bytes"] == (
+        record["layer_bytes"] + record["optimizer_bytes"] + record["activation_bytes"]
+    )
+    bad = runner.invoke(cli, ["plan", "--num-classes", "0", "--dim", "8"])
+    assert bad.exit_code == 2 and "num-classes" in bad.output
+    assert torch.get_default_dtype() == torch.float32
