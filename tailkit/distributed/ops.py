@@ -116,15 +116,20 @@ def sum_over_ranks(partial: torch.Tensor, world: World) -> torch.Tensor:
     return out
 
 
-def all_gather_rows(rows: torch.Tensor, world: World) -> tuple[torch.Tensor, list[int]]:
+def all_gather_rows(
+    rows: torch.Tensor, world: World, sizes: list[int] | None = None
+) -> tuple[torch.Tensor, list[int]]:
     """Every rank's ``rows`` stacked in rank order (ranks may hold different numbers, each
-    padded to the largest for the collective), and how many each rank gave; no autograd."""
+    padded to the largest for the collective), and how many each rank gave; no autograd.
+    ``sizes``, when every rank knows them (a training step's split of the global batch), saves
+    the collective that would tell them."""
     if not world.sharded:
         return rows.clone(), [rows.shape[0]]
-    counts = torch.tensor([rows.shape[0]])
-    all_counts = [torch.zeros_like(counts) for _ in range(world.size)]
-    dist.all_gather(all_counts, counts, group=world.group)
-    sizes = [int(c) for c in all_counts]
+    if sizes is None:
+        counts = torch.tensor([rows.shape[0]])
+        all_counts = [torch.zeros_like(counts) for _ in range(world.size)]
+        dist.all_gather(all_counts, counts, group=world.group)
+        sizes = [int(c) for c in all_counts]
     padded = rows.new_zeros(max(sizes), *rows.shape[1:])
     padded[: rows.shape[0]] = rows
     parts = [torch.empty_like(padded) for _ in range(world.size)]
@@ -134,29 +139,31 @@ def all_gather_rows(rows: torch.Tensor, world: World) -> tuple[torch.Tensor, lis
 
 class _GatherRows(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, rows: torch.Tensor, world: World) -> torch.Tensor:
-        gathered, sizes = all_gather_rows(rows, world)
+    def forward(
+        ctx: Any, rows: torch.Tensor, world: World, sizes: list[int] | None
+    ) -> torch.Tensor:
+        gathered, sizes = all_gather_rows(rows, world, sizes)
         start = sum(sizes[: world.rank])
         ctx.span, ctx.world = (start, start + rows.shape[0]), world
         return gathered
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         start, stop = ctx.span
         grad = _all_reduce(grad.contiguous(), ctx.world)  # a copy in one process
-        return grad[start:stop].clone(), None
+        return grad[start:stop].clone(), None, None
 
 
-def gather_rows(rows: torch.Tensor, world: World) -> torch.Tensor:
+def gather_rows(rows: torch.Tensor, world: World, sizes: list[int] | None = None) -> torch.Tensor:
     """Every rank's ``rows`` stacked in rank order (ranks may hold different numbers of rows).
 
     Backward: each rank's gradient with respect to the gathered rows is its own part (its
     labels' logits) of the global loss's, so they are summed over the ranks, and each rank
     keeps the slice of its own rows. A term that every rank computes in full from the gathered
     rows (a replicated term, such as ELM's pull) is then counted once per rank: scale it by
-    1/W (:func:`scale_gradient`)."""
-    out: torch.Tensor = _GatherRows.apply(rows, world)
+    1/W (:func:`scale_gradient`). ``sizes``: every rank's row count, when all know them."""
+    out: torch.Tensor = _GatherRows.apply(rows, world, sizes)
     return out
 
 

@@ -166,8 +166,9 @@ def sampled_input(
     pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
     scored = layer.sampled(z, y, neg)
     pos, negative, embeddings = scored.pos, scored.neg, z
-    if world.sharded:
-        pos, negative = sum_over_ranks(pos, world), sum_over_ranks(negative, world)
+    if world.sharded:  # one all-reduce for both
+        both = sum_over_ranks(torch.cat([pos.unsqueeze(1), negative], 1), world)
+        pos, negative = both[:, 0], both[:, 1:]
         embeddings = scale_gradient(z, 1.0 / world.size)
     batch = SampledBatch(
         labels=y,
@@ -318,8 +319,8 @@ def train(
         x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
         z = forward(x)
-        if world.sharded:
-            z = gather_rows(z, world)
+        if world.sharded:  # each rank's share of the batch is known to all: no count exchange
+            z = gather_rows(z, world, [len(part) for part in idx.tensor_split(world.size)])
 
         batch: FullBatch | SampledBatch | None
         if sampler is None:
