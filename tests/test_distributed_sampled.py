@@ -163,3 +163,78 @@ def _refusal(world: World) -> None:
 
 def test_the_model_based_sampler_is_refused_when_sharded(tmp_path) -> None:
     run_world(tmp_path, _refusal, 2)
+
+
+def _sparse_data():
+    from tailkit.sparse import SparseRows
+
+    gen = torch.Generator().manual_seed(3)
+    columns, per_row = 300, 5
+    indptr = torch.arange(0, N * per_row + 1, per_row)
+    cols = torch.stack([torch.randperm(columns, generator=gen)[:per_row].sort().values
+                        for _ in range(N)]).reshape(-1)  # fmt: skip
+    x = SparseRows(indptr, cols, torch.rand(N * per_row, generator=gen), columns)
+    y = cols.view(N, per_row)[:, 0] % C
+    return x, y, torch.bincount(y, minlength=C).double()
+
+
+def _run_sparse(world: World, loss_spec, sampler_spec, shard: bool):
+    registry = make_registry()
+    x, y, counts = _sparse_data()
+    torch.manual_seed(0)
+    encoder = registry.build("models", {"name": "sparse-linear", "dim": 4}, "test", x.shape[1])
+    loss = registry.build("losses", loss_spec, "test")
+    layer = OutputLayer.for_loss(loss, C, 4, generator=torch.Generator().manual_seed(1),
+                                 rows=world.label_range(C, BLOCK) if shard else None)  # fmt: skip
+    sampler = None
+    if sampler_spec is not None:
+        sampler = registry.build("samplers", sampler_spec, "test")
+        sampler.fit(None, y, C)
+    val = torch.arange(40)
+    train(
+        cfg=LoopConfig("test", epochs=2, batch_size=24, negatives=5, eval_every=4),
+        encoder=encoder,
+        layer=layer,
+        loss=loss,
+        sampler=sampler,
+        optimizer=RowSparseAdagrad(lr=0.1),
+        x_train=x,
+        y_train=y,
+        x_val=x.index_select(0, val),
+        y_val=y[val],
+        class_counts=counts,
+        world=world if shard else World(),
+    )
+    return whole_layer(layer, world) if shard else layer, encoder
+
+
+def _sparse_encoder_equal_to_one_process(world: World) -> None:
+    """sparse-linear (an input table with sparse gradients, no dense parameter): every rank
+    encodes the whole batch and steps its replica with the summed embedding gradient, so the
+    replicas stay identical with no exchange of the table's gradients, and the model is one
+    process's up to float rounding."""
+    import torch.distributed as dist
+
+    for loss_spec, sampler_spec in (({"name": "softmax"}, None),
+                                    ({"name": "sampled-softmax"}, {"name": "uniform"})):  # fmt: skip
+        layer, encoder = _run_sparse(world, loss_spec, sampler_spec, shard=True)
+        ref_layer, ref_encoder = _run_sparse(world, loss_spec, sampler_spec, shard=False)
+        table = encoder.embed.weight.detach()
+        every = [torch.empty_like(table) for _ in range(world.size)]
+        dist.all_gather(every, table)
+        assert all(torch.equal(t, table) for t in every), "the replicas drifted apart"
+        close = {"rtol": 1e-4, "atol": 1e-6}
+        assert not torch.equal(table, _run_sparse_init(world))  # it trained
+        torch.testing.assert_close(table, ref_encoder.embed.weight.detach(), **close)
+        torch.testing.assert_close(layer.weight, ref_layer.weight, **close)
+
+
+def _run_sparse_init(world: World) -> torch.Tensor:
+    torch.manual_seed(0)
+    x, _, _ = _sparse_data()
+    encoder = make_registry().build("models", {"name": "sparse-linear", "dim": 4}, "t", x.shape[1])
+    return encoder.embed.weight.detach()
+
+
+def test_a_sparse_input_encoder_trains_sharded_as_in_one_process(tmp_path) -> None:
+    run_world(tmp_path, _sparse_encoder_equal_to_one_process, 2)

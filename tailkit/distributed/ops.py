@@ -167,6 +167,29 @@ def gather_rows(rows: torch.Tensor, world: World, sizes: list[int] | None = None
     return out
 
 
+class _SumGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, world: World) -> torch.Tensor:
+        ctx.world = world
+        return x.view_as(x)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return _all_reduce(grad.contiguous(), ctx.world), None
+
+
+def sum_gradient(rows: torch.Tensor, world: World) -> torch.Tensor:
+    """``rows`` itself, computed alike on every rank (a replicated encoder's embeddings of the
+    whole batch); its gradient, each rank's part of the global loss's, is summed over the
+    ranks on the way back, so every replica of the encoder gets the whole gradient and takes
+    the same step without exchanging its parameters' gradients. As with :func:`gather_rows`,
+    a term every rank computes in full from these rows is counted once per rank: scale it by
+    1/W."""
+    out: torch.Tensor = _SumGradient.apply(rows, world)
+    return out
+
+
 class _ScaleGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, factor: float) -> torch.Tensor:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, SampledBatch, Sampler
-from tailkit.distributed.ops import gather_rows, scale_gradient, sum_over_ranks
+from tailkit.distributed.ops import gather_rows, scale_gradient, sum_gradient, sum_over_ranks
 from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
@@ -215,11 +215,15 @@ def train(
     scores its own labels and runs the same loss, which combines the shards
     (``Loss.shardable``). Validation: every rank scores its own labels for all validation rows
     and the top-1 is merged (tailkit/distributed/predict.py)."""
+    # A sharded run encodes its own slice of the batch under DDP, or, for an encoder without
+    # dense parameters (sparse-linear's input table, or none), the whole batch on every rank:
+    # DDP would all-reduce that table's sparse gradients (a gather of every rank's rows, ~30 ms
+    # a step on 2 cores), while replicas that see the whole batch and its summed embedding
+    # gradient take the same step with no exchange but that gradient's (B × d) all-reduce.
+    replicate = world.sharded and not _dense_parameters(encoder)
     if world.sharded:
         _check_shardable(cfg, loss, sampler)
-        forward: Any = _replicated(encoder, world)
-    else:
-        forward = encoder
+    forward: Any = _replicated(encoder, world) if world.sharded and not replicate else encoder
     device = layer.weight.device
     n = x_train.shape[0]
     steps_per_epoch = math.ceil(n / cfg.batch_size)
@@ -318,9 +322,12 @@ def train(
         idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
         x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
-        z = forward(x)
-        if world.sharded:  # each rank's share of the batch is known to all: no count exchange
-            z = gather_rows(z, world, [len(part) for part in idx.tensor_split(world.size)])
+        if replicate:
+            z = sum_gradient(forward(whole), world)
+        elif world.sharded:  # every rank knows the split: no count exchange
+            z = gather_rows(forward(x), world, [len(p) for p in idx.tensor_split(world.size)])
+        else:
+            z = forward(x)
 
         batch: FullBatch | SampledBatch | None
         if sampler is None:
@@ -467,6 +474,16 @@ def _restore_rank_rng(state: dict[str, Any], world: World, seed: int, step: int)
             file=sys.stderr,
         )
     torch.manual_seed(hash((seed, step, world.rank)) & (2**63 - 1))
+
+
+def _dense_parameters(encoder: Encoder) -> bool:
+    """Whether ``encoder`` trains any parameter other than a sparse-gradient input table."""
+    sparse = {
+        id(m.weight)
+        for m in encoder.modules()
+        if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) and m.sparse
+    }
+    return any(p.requires_grad and id(p) not in sparse for p in encoder.parameters())
 
 
 def _replicated(encoder: Encoder, world: World) -> torch.nn.Module:
