@@ -261,10 +261,13 @@ def train(
 
     step, seconds, curve = 0, 0.0, []
     running, running_n = 0.0, 0
-    span = {"label_start": layer.label_start, "world": world}
     state = None
-    if checkpoint is not None:
-        state = checkpoint.load(label_stop=layer.label_start + layer.num_classes, **span)
+    if checkpoint is not None:  # this process's rows of the layer and the optimiser's state
+        state = checkpoint.load(
+            label_start=layer.label_start,
+            label_stop=layer.label_start + layer.num_classes,
+            world=world,
+        )
     if state is not None:
         step, seconds, curve = state["step"], state["seconds"], state["curve"]
         if tables := state["rows"]:  # this process's rows; none for a rank without labels
@@ -306,7 +309,8 @@ def train(
                 "running": (running, running_n),
             },
             rows,
-            **span,
+            label_start=layer.label_start,
+            world=world,
         )
 
     # Each epoch's rows are a function of (seed, epoch): a resumed run rebuilds the
