@@ -168,7 +168,8 @@ def sampled_input(
     pos, negative, embeddings = scored.pos, scored.neg, z
     if world.sharded:  # one all-reduce for both
         both = sum_over_ranks(torch.cat([pos.unsqueeze(1), negative], 1), world)
-        pos, negative = both[:, 0], both[:, 1:]
+        # contiguous, as one process's are: a strided view can take another reduction path
+        pos, negative = both[:, 0].contiguous(), both[:, 1:].contiguous()
         embeddings = scale_gradient(z, 1.0 / world.size)
     batch = SampledBatch(
         labels=y,
