@@ -331,6 +331,10 @@ class CorrectionColumns:
         """(B, stop − start) values of columns ``start`` … ``stop`` − 1."""
         raise NotImplementedError
 
+    def added_to(self, scores: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """``scores`` + :meth:`columns` as a new tensor (a sampler may fuse the two)."""
+        return scores + self.columns(start, stop).to(scores)
+
 
 class TableColumns(CorrectionColumns):
     """Columns sliced from a table computed whole."""
@@ -440,11 +444,11 @@ class PredictionContext:
                     every = torch.arange(self._num_classes, device=label_ids.device)
                     self._source = TableColumns(self.sampler.log_prob(x, every))
             if self._chunk is not None and label_ids is self._chunk[0]:
-                log_q = self._source.columns(self._chunk[1], self._chunk[2])
-            else:  # ids the context did not hand out: every column once, then gather
-                if self._table is None:
-                    self._table = self._source.columns(0, self._num_classes)
-                log_q = self._table.index_select(1, self._columns(self._table, label_ids))
+                return self._source.added_to(scores, self._chunk[1], self._chunk[2])
+            # ids the context did not hand out: every column once, then gather
+            if self._table is None:
+                self._table = self._source.columns(0, self._num_classes)
+            log_q = self._table.index_select(1, self._columns(self._table, label_ids))
             return scores + log_q.to(scores)
         return scores + self.sampler.log_prob(x, label_ids).to(scores)
 

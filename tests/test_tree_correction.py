@@ -129,3 +129,19 @@ def test_outside_prediction_log_q_is_computed_directly() -> None:
     ids = torch.tensor([3, 49, 0])
     got = ctx.add_log_q(torch.zeros(4, 3), x, ids)
     np.testing.assert_array_equal(got.numpy(), sampler.log_prob(x, ids).numpy())
+
+
+def test_fused_addition_equals_scores_plus_columns() -> None:
+    """The CPU kernel's scores + log p (one pass, at subtree-aligned columns) is bit for bit
+    the table's columns added to the scores; unaligned columns fall back to that sum."""
+    num_classes, rows = 70_001, 9  # 9 rows: two full row groups of the kernel and one short
+    sampler, _, _, x, _ = _setup(num_classes, rows)
+    columns = sampler.correction_columns(x)
+    bounds = sampler.chunk_bounds(num_classes, 9_999)
+    assert len(bounds) > 3  # several chunks, each of whole subtrees
+    for start, stop in [*itertools.pairwise(bounds), (5, 12_345)]:
+        scores = torch.randn(rows, stop - start, generator=torch.Generator().manual_seed(start))
+        before = scores.clone()
+        fused = columns.added_to(scores, start, stop)
+        assert torch.equal(fused, scores + columns.columns(start, stop))
+        assert torch.equal(scores, before)  # a new tensor; the scores are left as they were

@@ -40,6 +40,19 @@ class _SubtreeColumns(CorrectionColumns):
         subtree_roots(self.xt, weight_t.numpy(), bias, sampler.depth, self.roots)
 
     def columns(self, start: int, stop: int) -> torch.Tensor:
+        return self._expand(start, stop, None)
+
+    def added_to(self, scores: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        # Fused when the columns are whole subtrees (prediction's chunk bounds make them so):
+        # the kernel writes scores + log p in one pass instead of a table and then the sum.
+        bounds = self.sampler._kernel_tables()[2].numpy()
+        aligned = start in bounds and stop in bounds
+        plain = scores.dtype == torch.float32 and scores.device.type == "cpu"
+        if not (aligned and plain) or scores.requires_grad:
+            return super().added_to(scores, start, stop)
+        return self._expand(start, stop, scores.contiguous().numpy())
+
+    def _expand(self, start: int, stop: int, plus: np.ndarray | None) -> torch.Tensor:
         from tailkit.plugins.samplers.tree_kernels import subtree_leaves
 
         s = self.sampler
@@ -60,6 +73,7 @@ class _SubtreeColumns(CorrectionColumns):
             leaf_used.numpy(),
             bounds,
             out,
+            np.empty((0, 0), dtype=np.float32) if plus is None else plus,
         )
         s.leaf_columns += out.size
         return torch.from_numpy(out[:, start - lo : stop - lo])

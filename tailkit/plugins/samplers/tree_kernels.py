@@ -122,120 +122,156 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 # --- every leaf at once (prediction's bias correction) --------------------------------------
 #
 # Evaluation adds log p_n(y|x) to all C scores of a row, so it needs every leaf's
-# log-probability: one pass over the 2^D − 1 nodes, each child = parent + log σ(±z). Three
+# log-probability: one pass over the 2^D − 1 nodes, each child = parent + log σ(±z). Four
 # choices make that pass cost about what scoring the row costs:
 # * the node logits z are computed for a group of rows against one block of node weights, so
 #   the (2^D, k) weights stream from memory once per group, not once per row;
-# * log σ is a polynomial in plain arithmetic (below), which LLVM vectorises; a call to libm's
-#   exp/log1p would not be, and costs ~10 ns per node;
+# * within the group, ``ROW_GROUP`` rows share each load of a node weight: the multiply-adds
+#   of one input are four per load, not one. One row at a time, the loop was bound by loads
+#   and stores (1.65 against 0.66–0.83 ns per node and row, one core, bit-identical values);
+# * log σ is a float32 polynomial in plain arithmetic (below), which LLVM vectorises eight
+#   lanes wide; a call to libm's exp/log1p would not be, and costs ~10 ns per node;
 # * a row's values do not depend on how many rows or labels a call covers (tests compare them
-#   bit for bit): the vectorised loops run over node blocks whose bounds depend on the tree
-#   alone, so each node lands in the same vector lane or scalar remainder for every row; the
-#   only fast-math liberty is fusing a·b + c into one FMA, which both paths take alike.
+#   bit for bit): every row takes the same operations in the same vector lanes whichever group
+#   slot it sits in (a short last group repeats its last row), the vectorised loops run over
+#   node blocks whose bounds depend on the tree alone, and the only fast-math liberty is
+#   fusing a·b + c into one FMA, which every path takes alike.
 
 #: Multiply-adds may fuse; nothing is reordered or approximated.
 _EXACT_ENOUGH = {"contract"}
-#: Above this |z|, log(1 + e^(−|z|)) < 4.3e-18: the clamp changes nothing a float32 can hold.
-_CLAMP = 40.0
+_F32 = np.float32
+_ZERO, _ONE, _TWO, _HALF = _F32(0.0), _F32(1.0), _F32(2.0), _F32(0.5)
+_LOG2E, _LN2 = _F32(1.4426950408889634), _F32(0.6931471805599453)
+#: Above this |z|, log(1 + e^(−|z|)) < 4.3e-18: the clamp changes no float32 sum.
+_CLAMP = _F32(40.0)
+# e^u on |u| ≤ ln2 / 2: Taylor to u^7 (relative error 5e-9, under float32's 6e-8)
+_E2, _E3, _E4, _E5, _E6, _E7 = (_F32(1.0 / math.factorial(i)) for i in range(2, 8))
+# 2^(−2^b), b = 0 … 5: 2^(−n) for n < 64 as a product of selected factors
+_P0, _P1, _P2, _P3, _P4, _P5 = (_F32(2.0 ** -(1 << b)) for b in range(6))
+# 2·atanh(s) = 2(s + s³/3 + … + s^13/13) for s ≤ 1/3 (truncation below 5e-9 relative)
+_A3, _A5, _A7, _A9, _A11, _A13 = (_F32(1.0 / i) for i in (3, 5, 7, 9, 11, 13))
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=_EXACT_ENOUGH)
-def _log_sigmoid(z):
-    """log σ(z) for a float64 z, absolute error below 1e-9, in vectorisable arithmetic.
+def _softplus_neg(a):
+    """log(1 + e^(−a)) for a float32 a ≥ 0, relative error ~3e-7, in vectorisable float32.
 
-    log σ(z) = min(z, 0) − log1p(e), e = e^(−|z|). e is (e^(−|z|/32))^32 with a degree-14
-    Taylor polynomial on [0, 1.25] (relative error 2e-11 before the five squarings, 7e-10
-    after); log1p(e) = 2·atanh(s), s = e/(2+e) ≤ 1/3, summed to s^19 (error < 1e-11).
+    e^(−a) = 2^(−n)·e^u with n = round(a·log2 e) and u = (n − a·log2 e)·ln 2, |u| ≤ 0.35: e^u
+    by its Taylor polynomial, 2^(−n) as a product of six selected powers (no bit casts, so the
+    loop stays vectorisable). Then log1p(e) = 2·atanh(s), s = e/(2+e) ≤ 1/3, summed to s^13.
 
-    evaluation/chunk_kernels.py has the same scaled-Taylor exp (degree 10 there, for a float32
-    result). Each module keeps its own on purpose: numba's on-disk cache is keyed on the
-    calling module's source, so a compiled kernel would not notice an edit to a helper it
-    inlined from another module.
+    evaluation/chunk_kernels.py has another scaled-Taylor exp. Each module keeps its own on
+    purpose: numba's on-disk cache is keyed on the calling module's source, so a compiled
+    kernel would not notice an edit to a helper it inlined from another module.
     """
-    a = min(abs(z), _CLAMP)
-    u = -a * 0.03125
-    p = 1.0 / 87178291200.0  # 1/14!
-    p = p * u + 1.0 / 6227020800.0
-    p = p * u + 1.0 / 479001600.0
-    p = p * u + 1.0 / 39916800.0
-    p = p * u + 1.0 / 3628800.0
-    p = p * u + 1.0 / 362880.0
-    p = p * u + 1.0 / 40320.0
-    p = p * u + 1.0 / 5040.0
-    p = p * u + 1.0 / 720.0
-    p = p * u + 1.0 / 120.0
-    p = p * u + 1.0 / 24.0
-    p = p * u + 1.0 / 6.0
-    p = p * u + 0.5
-    p = p * u + 1.0
-    e = p * u + 1.0
-    e = e * e
-    e = e * e
-    e = e * e
-    e = e * e
-    e = e * e
-    s = e / (2.0 + e)
+    t = min(a, _CLAMP) * _LOG2E
+    n = np.int32(t + _HALF)
+    u = (np.float32(n) - t) * _LN2
+    p = _E7 * u + _E6
+    p = p * u + _E5
+    p = p * u + _E4
+    p = p * u + _E3
+    p = p * u + _E2
+    p = p * u + _ONE
+    p = p * u + _ONE
+    p = p * (_P0 if n & 1 else _ONE)
+    p = p * (_P1 if n & 2 else _ONE)
+    p = p * (_P2 if n & 4 else _ONE)
+    p = p * (_P3 if n & 8 else _ONE)
+    p = p * (_P4 if n & 16 else _ONE)
+    e = p * (_P5 if n & 32 else _ONE)
+    s = e / (_TWO + e)
     s2 = s * s
-    q = 1.0 / 19.0
-    q = q * s2 + 1.0 / 17.0
-    q = q * s2 + 1.0 / 15.0
-    q = q * s2 + 1.0 / 13.0
-    q = q * s2 + 1.0 / 11.0
-    q = q * s2 + 1.0 / 9.0
-    q = q * s2 + 1.0 / 7.0
-    q = q * s2 + 1.0 / 5.0
-    q = q * s2 + 1.0 / 3.0
-    q = q * s2 + 1.0
-    return min(z, 0.0) - 2.0 * s * q
+    q = _A13 * s2 + _A11
+    q = q * s2 + _A9
+    q = q * s2 + _A7
+    q = q * s2 + _A5
+    q = q * s2 + _A3
+    q = q * s2 + _ONE
+    return _TWO * s * q
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
 def log_sigmoid(z, out):
-    """The kernel's log σ over an array (float64 in, float64 out), for tests."""
+    """The kernel's (log σ(z), log σ(−z)) over a float32 array → ``out`` (2, n), for tests:
+    min(±z, 0) − log(1 + e^(−|z|)), both sides exact in form (no cancellation)."""
     for i in range(z.shape[0]):
-        out[i] = _log_sigmoid(z[i])
+        sp = _softplus_neg(abs(z[i]))
+        out[0, i] = min(z[i], _ZERO) - sp
+        out[1, i] = min(-z[i], _ZERO) - sp
 
 
 #: Levels of a subtree evaluated while it sits in cache: 2^12 − 1 nodes, their weights
-#: (16 × 4,095 × 4 B = 256 KiB) in L2 for every row of the block, a row's partial heap
-#: (32 KiB) beside them. 11 and 13 levels measured within 5 % of it; 9 levels, 20 % slower
+#: (16 × 4,095 × 4 B = 256 KiB) in L2 for every row of the block, a row group's partial heaps
+#: (4 × 32 KiB) beside them. 11 and 13 levels measured within 5 % of it; 9 levels, 20 % slower
 #: (per-level loop overheads).
 SUBTREE_DEPTH = 12
+#: Rows that share each load of a node weight (4: 16 input values and 4 weights in registers).
+ROW_GROUP = 4
+#: Row groups per parallel task of :func:`subtree_leaves`: 64 rows re-read a subtree's weights
+#: (256 KiB) once, a few percent of their expansion.
+GROUPS_PER_TASK = 16
+
+
+@numba.njit(cache=True, inline="always")
+def _row_group(x, rows, g, xg):
+    """Rows g·4 … of ``x`` into ``xg`` (4, k); a short last group repeats its last row."""
+    for s in range(ROW_GROUP):
+        i = min(g * ROW_GROUP + s, rows - 1)
+        for a in range(x.shape[1]):
+            xg[s, a] = x[i, a]
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=_EXACT_ENOUGH)
-def _expand_level(x, i, weight_t, bias, first, width, heap, base, z, left, right):
+def _expand_level(xg, weight_t, bias, first, width, heap, base, z, left, right):
     """Children of the ``width`` nodes first+1 … first+width (rows first … of the weights),
-    whose log-probabilities sit at heap[base : base + width], into heap[base + width + …]."""
-    k = x.shape[1]
+    whose log-probabilities sit at heap[s, base : base + width] for each row slot s of the
+    group ``xg`` (4, k), into heap[s, base + width + …]."""
+    k = xg.shape[1]
+    z0, z1, z2, z3 = z[0], z[1], z[2], z[3]
     for j in range(width):
-        z[j] = bias[first + j]
-    # four inputs per sweep: z is loaded and stored k/4 times, not k; the additions still
-    # run a = 0, 1, 2, … in order, so the rounding is that of one multiply-add per input
+        b = bias[first + j]
+        z0[j] = b
+        z1[j] = b
+        z2[j] = b
+        z3[j] = b
+    # four inputs per sweep, four rows per weight load; each z still adds a = 0, 1, 2, … in
+    # order, so the rounding is that of one multiply-add per input, whatever the grouping
     quads = k - k % 4
     for a in range(0, quads, 4):
-        x0, x1, x2, x3 = x[i, a], x[i, a + 1], x[i, a + 2], x[i, a + 3]
         w0 = weight_t[a, first : first + width]  # unit-stride views: the loop vectorises
         w1 = weight_t[a + 1, first : first + width]
         w2 = weight_t[a + 2, first : first + width]
         w3 = weight_t[a + 3, first : first + width]
+        x00, x01, x02, x03 = xg[0, a], xg[0, a + 1], xg[0, a + 2], xg[0, a + 3]
+        x10, x11, x12, x13 = xg[1, a], xg[1, a + 1], xg[1, a + 2], xg[1, a + 3]
+        x20, x21, x22, x23 = xg[2, a], xg[2, a + 1], xg[2, a + 2], xg[2, a + 3]
+        x30, x31, x32, x33 = xg[3, a], xg[3, a + 1], xg[3, a + 2], xg[3, a + 3]
         for j in range(width):
-            z[j] = z[j] + w0[j] * x0 + w1[j] * x1 + w2[j] * x2 + w3[j] * x3
+            v0, v1, v2, v3 = w0[j], w1[j], w2[j], w3[j]
+            z0[j] = z0[j] + v0 * x00 + v1 * x01 + v2 * x02 + v3 * x03
+            z1[j] = z1[j] + v0 * x10 + v1 * x11 + v2 * x12 + v3 * x13
+            z2[j] = z2[j] + v0 * x20 + v1 * x21 + v2 * x22 + v3 * x23
+            z3[j] = z3[j] + v0 * x30 + v1 * x31 + v2 * x32 + v3 * x33
     for a in range(quads, k):
-        xa = x[i, a]
         w = weight_t[a, first : first + width]
-        for j in range(width):
-            z[j] += w[j] * xa
-    for j in range(width):
-        zz = np.float64(z[j])
-        ls = _log_sigmoid(zz)
-        right[j] = np.float32(ls)
-        left[j] = np.float32(ls - zz)
+        for s in range(ROW_GROUP):
+            xa = xg[s, a]
+            zs = z[s]
+            for j in range(width):
+                zs[j] += w[j] * xa
     child = base + width
-    for j in range(width):
-        parent = heap[base + j]
-        heap[child + 2 * j] = parent + left[j]
-        heap[child + 2 * j + 1] = parent + right[j]
+    for s in range(ROW_GROUP):
+        zs, hs = z[s], heap[s]
+        for j in range(width):
+            zz = zs[j]
+            sp = _softplus_neg(abs(zz))
+            right[j] = min(zz, _ZERO) - sp
+            left[j] = min(-zz, _ZERO) - sp
+        for j in range(width):
+            parent = hs[base + j]
+            hs[child + 2 * j] = parent + left[j]
+            hs[child + 2 * j + 1] = parent + right[j]
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
@@ -250,23 +286,28 @@ def subtree_roots(x, weight_t, bias, depth, out):
     rows = x.shape[0]
     top = depth - min(depth, SUBTREE_DEPTH)
     roots = 1 << top
-    for i in numba.prange(rows):
-        heap = np.empty(2 * roots, dtype=np.float32)
-        z = np.empty(max(roots // 2, 1), dtype=np.float32)
-        left = np.empty_like(z)
-        right = np.empty_like(z)
-        heap[0] = 0.0
+    for g in numba.prange((rows + ROW_GROUP - 1) // ROW_GROUP):
+        xg = np.empty((ROW_GROUP, x.shape[1]), dtype=np.float32)
+        _row_group(x, rows, g, xg)
+        heap = np.empty((ROW_GROUP, 2 * roots), dtype=np.float32)
+        z = np.empty((ROW_GROUP, max(roots // 2, 1)), dtype=np.float32)
+        left = np.empty(z.shape[1], dtype=np.float32)
+        right = np.empty_like(left)
+        heap[:, 0] = 0.0
         for level in range(top):
             first = (1 << level) - 1
-            _expand_level(x, i, weight_t, bias, first, 1 << level, heap, first, z, left, right)
-        for r in range(roots):
-            out[i, r] = heap[roots - 1 + r]
+            _expand_level(xg, weight_t, bias, first, 1 << level, heap, first, z, left, right)
+        for s in range(min(ROW_GROUP, rows - g * ROW_GROUP)):
+            for r in range(roots):
+                out[g * ROW_GROUP + s, r] = heap[s, roots - 1 + r]
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
-def subtree_leaves(x, weight_t, bias, depth, root_lp, r_lo, r_hi, leaf_used, first_out, out):
+def subtree_leaves(x, weight_t, bias, depth, root_lp, r_lo, r_hi, leaf_used, first_out, out, plus):
     """log p(leaf | x) of the labelled leaves of bottom subtrees ``r_lo`` … ``r_hi`` − 1, in
-    leaf order, for every row → ``out`` (B, first_out[r_hi] − first_out[r_lo]) float32.
+    leaf order, for every row → ``out`` (B, first_out[r_hi] − first_out[r_lo]) float32; plus
+    ``plus`` (the same shape) when it is not empty, which spares prediction a second pass
+    over the (B, chunk) table to add it to the scores (the same float32 sums either way).
 
     ``root_lp`` is :func:`subtree_roots`' output; ``leaf_used`` (2^depth,) marks the leaves
     that hold a label; ``first_out`` (roots + 1,) is the column of each subtree's first
@@ -277,29 +318,45 @@ def subtree_leaves(x, weight_t, bias, depth, root_lp, r_lo, r_hi, leaf_used, fir
     sub = min(depth, SUBTREE_DEPTH)
     roots = 1 << (depth - sub)
     offset = first_out[r_lo]
-    for r in numba.prange(r_lo, r_hi):
-        heap = np.empty(2 << sub, dtype=np.float32)
-        z = np.empty(1 << (sub - 1) if sub > 0 else 1, dtype=np.float32)
-        left = np.empty_like(z)
-        right = np.empty_like(z)
+    adding = plus.size > 0
+    groups = (rows + ROW_GROUP - 1) // ROW_GROUP
+    # tasks are (subtree, block of row groups): a label chunk spans only a few subtrees
+    # (16,384 labels are four), too few to keep every core busy on their own
+    blocks = (groups + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    for task in numba.prange((r_hi - r_lo) * blocks):
+        r = r_lo + task // blocks
+        g_lo = (task % blocks) * GROUPS_PER_TASK
+        xg = np.empty((ROW_GROUP, x.shape[1]), dtype=np.float32)
+        heap = np.empty((ROW_GROUP, 2 << sub), dtype=np.float32)
+        z = np.empty((ROW_GROUP, 1 << (sub - 1) if sub > 0 else 1), dtype=np.float32)
+        left = np.empty(z.shape[1], dtype=np.float32)
+        right = np.empty_like(left)
         leaf0 = r << sub
         leaves = (1 << sub) - 1
         full = first_out[r + 1] - first_out[r] == 1 << sub
-        for i in range(rows):
-            heap[0] = root_lp[i, r]
+        for g in range(g_lo, min(groups, g_lo + GROUPS_PER_TASK)):
+            _row_group(x, rows, g, xg)
+            for s in range(ROW_GROUP):
+                heap[s, 0] = root_lp[min(g * ROW_GROUP + s, rows - 1), r]
             for level in range(sub):
                 # the subtree's level ``level``: heap rows (roots + r)·2^level − 1 … of the tree
                 first = ((roots + r) << level) - 1
                 base = (1 << level) - 1
-                _expand_level(x, i, weight_t, bias, first, 1 << level, heap, base, z, left, right)
-            col = first_out[r] - offset
-            if full:  # no padding leaf: a straight copy
-                out[i, col : col + (1 << sub)] = heap[leaves : leaves + (1 << sub)]
-                continue
-            for j in range(1 << sub):
-                if leaf_used[leaf0 + j]:
-                    out[i, col] = heap[leaves + j]
-                    col += 1
+                _expand_level(xg, weight_t, bias, first, 1 << level, heap, base, z, left, right)
+            for s in range(min(ROW_GROUP, rows - g * ROW_GROUP)):
+                i = g * ROW_GROUP + s
+                col = first_out[r] - offset
+                if full and adding:
+                    for j in range(1 << sub):
+                        out[i, col + j] = plus[i, col + j] + heap[s, leaves + j]
+                elif full:  # no padding leaf: a straight copy
+                    out[i, col : col + (1 << sub)] = heap[s, leaves : leaves + (1 << sub)]
+                else:
+                    for j in range(1 << sub):
+                        if leaf_used[leaf0 + j]:
+                            value = heap[s, leaves + j]
+                            out[i, col] = plus[i, col] + value if adding else value
+                            col += 1
 
 
 @numba.njit(parallel=True, cache=True)
