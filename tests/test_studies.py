@@ -133,6 +133,8 @@ def _small(study: dict, tmp_path: Path, monkeypatch) -> dict:
         p["dataset"].update(num_classes=40, num_examples=1500, dim=8)
     elif name == "geonames":
         p["dataset"]["file"] = "cities15000"  # the smallest embedded file
+    elif name == "synthetic-xc":
+        p["dataset"].update(num_labels=300, num_features=400, num_train=600, num_test=200)
     elif name == "eurlex-4k":
         p["dataset"].update(path=str(_eurlex_archive(tmp_path)), check_stats=False)
     elif name == "cifar10":

@@ -10,6 +10,7 @@ def register_datasets(register):
     from tailkit.plugins.datasets.geonames import GeoNames
     from tailkit.plugins.datasets.image_lists import ImageNetLT, INaturalist2018, PlacesLT
     from tailkit.plugins.datasets.synthetic import HierarchicalGaussian
+    from tailkit.plugins.datasets.synthetic_xc import SyntheticXC
     from tailkit.plugins.datasets.xc import DATASETS as XC_DATASETS
 
     register("cifar10", Cifar10)
@@ -20,6 +21,7 @@ def register_datasets(register):
     register("places-lt", PlacesLT)
     register("inaturalist2018", INaturalist2018)
     register("synthetic", HierarchicalGaussian)
+    register("synthetic-xc", SyntheticXC)
     # The Extreme Classification Repository: the generic `xc` and the named datasets.
     for name, factory in XC_DATASETS.items():
         register(name, factory)

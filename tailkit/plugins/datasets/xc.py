@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -184,18 +184,7 @@ class XC:
             "dataset": self.name,
             "propensity": {"a": self.propensity[0], "b": self.propensity[1]},
         }
-        dest = Path(dest)
-        written: list[Path] = []
-        try:
-            for file, matrix in ((FEATURES, decoded.features), (LABELS, decoded.labels)):
-                with atomic_path(dest / file) as tmp, tmp.open("wb") as fh:
-                    sp.save_npz(fh, matrix, compressed=True)
-                written.append(dest / file)
-            write_json(dest / META, meta)  # last: its presence marks a complete fetch
-        except BaseException:
-            for done in written:
-                done.unlink(missing_ok=True)
-            raise
+        write_decoded(Path(dest), decoded.features, decoded.labels, meta)
 
     def _check(self, decoded: Decoded) -> None:
         known = self.known
@@ -264,6 +253,24 @@ class XC:
             modality="sparse",
             splits=new_splits,
         )
+
+
+def write_decoded(
+    dest: Path, features: sp.csr_matrix, labels: sp.csr_matrix, meta: dict[str, Any]
+) -> None:
+    """The decoded copy ``load`` reads: features, labels, then ``xc.json`` (last: its presence
+    marks a complete fetch); nothing is left behind when a write fails."""
+    written: list[Path] = []
+    try:
+        for file, matrix in ((FEATURES, features), (LABELS, labels)):
+            with atomic_path(dest / file) as tmp, tmp.open("wb") as fh:
+                sp.save_npz(fh, matrix, compressed=True)
+            written.append(dest / file)
+        write_json(dest / META, meta)
+    except BaseException:
+        for done in written:
+            done.unlink(missing_ok=True)
+        raise
 
 
 class _KnownXC(XC):

@@ -114,7 +114,7 @@ def decode(path: str | Path, fmt: XCFormat = "auto", sha256: str | None = None) 
         "num_features": num_features,
         "num_labels": num_labels,
         "splits": {
-            split: _split_stats(f, y)
+            split: split_stats(f, y)
             for split, f, y in zip(("train", "test"), feats, labels, strict=True)
         },
         "source": {
@@ -126,7 +126,7 @@ def decode(path: str | Path, fmt: XCFormat = "auto", sha256: str | None = None) 
     return Decoded(features, indicator, feats[0].shape[0], meta)
 
 
-def _split_stats(features: sp.csr_matrix, labels: sp.csr_matrix) -> dict[str, Any]:
+def split_stats(features: sp.csr_matrix, labels: sp.csr_matrix) -> dict[str, Any]:
     per_row = np.diff(labels.indptr)
     return {
         "rows": int(features.shape[0]),
