@@ -1,10 +1,13 @@
 """Growth of every stage with the label count, measured: wall time and peak memory per stage.
 
     python benchmarks/bench_scale.py [--labels 10000 100000 1000000] [--json out.json]
+        [--study million-labels | amazon-670k-shaped]
 
 Runs the stages of ``examples/studies/million-labels.yaml`` (synthetic hierarchy, d = 32,
 ~2.5 rows per label; sampled softmax over uniform and in-batch negatives, negative sampling
-with the adversarial tree and its correction) at each C, rows in proportion, each stage the
+with the adversarial tree and its correction), or of ``amazon-670k-shaped.yaml`` (the same
+experiments on sparse TF-IDF rows of the ``synthetic-xc`` set, features and rows scaled with C
+in Amazon-670K's proportions), at each C, rows in proportion, each stage the
 command ``dvc repro`` runs (``python -m tailkit <stage>``) as its own process in a scratch
 project. For each stage it prints the seconds and the peak resident memory (the process's
 ``ru_maxrss``) at every C, and the growth exponent α of time ∝ C^α fitted by least squares on
@@ -30,15 +33,31 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).parents[1]
-STUDY = ROOT / "examples" / "studies" / "million-labels.yaml"
+STUDIES = ROOT / "examples" / "studies"
 ROWS_PER_LABEL = 2.5
+
+
+def scaled(params: dict, num_classes: int) -> dict:
+    """The study's params at ``num_classes`` labels, the other sizes in proportion."""
+    dataset = params["dataset"]
+    if dataset["name"] == "synthetic":
+        dataset["num_classes"] = num_classes
+        dataset["num_examples"] = int(ROWS_PER_LABEL * num_classes)
+    elif dataset["name"] == "synthetic-xc":
+        ratio = num_classes / dataset["num_labels"]
+        for key in ("num_features", "num_train", "num_test"):
+            dataset[key] = max(1, round(dataset[key] * ratio))
+        dataset["num_labels"] = num_classes
+    else:
+        raise SystemExit(f"no rule to scale dataset {dataset['name']!r}")
+    return params
 
 
 def _stages(params: dict) -> list[tuple[str, list[str]]]:
     stages = [
         ("download", ["download"]),
         ("subsample", ["subsample"]),
-        ("featurize", ["featurize", "--features", "identity"]),
+        *((f"featurize@{key}", ["featurize", "--features", key]) for key in params["featurize"]),
         ("fit-sampler", ["fit-sampler"]),
     ]
     for name in params["experiments"]:
@@ -61,10 +80,8 @@ def _run(args: list[str], cwd: Path) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 1024
 
 
-def measure(num_classes: int, workdir: Path) -> dict[str, dict[str, float]]:
-    params = yaml.safe_load(STUDY.read_text())
-    params["dataset"]["num_classes"] = num_classes
-    params["dataset"]["num_examples"] = int(ROWS_PER_LABEL * num_classes)
+def measure(num_classes: int, workdir: Path, study: str) -> dict[str, dict[str, float]]:
+    params = scaled(yaml.safe_load((STUDIES / f"{study}.yaml").read_text()), num_classes)
     project = workdir / f"C{num_classes}"
     project.mkdir(parents=True)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -86,11 +103,12 @@ def main() -> None:
     parser.add_argument("--labels", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep it")
+    parser.add_argument("--study", default="million-labels")
     args = parser.parse_args()
     labels = sorted(args.labels)
     with tempfile.TemporaryDirectory(prefix="tailkit-scale-") as tmp:
         workdir = args.keep or Path(tmp)
-        runs = {c: measure(c, workdir) for c in labels}
+        runs = {c: measure(c, workdir, args.study) for c in labels}
     stages = list(runs[labels[0]])
     head = " | ".join(f"C = {c:,}: s / MB" for c in labels)
     # a stage's ~3 s of imports dominates the small runs and flattens the fit over all of

@@ -280,12 +280,18 @@ def evaluate(params_path: Path, experiment: str, seed: int | None, quiet: bool) 
 
     metrics = _guard(lambda: stage.run(*_seeded(params_path, quiet, experiment, seed)))
     if "test" in metrics:  # rank 0's (or the one process's): the others write nothing
-        m = metrics["test"]
-        _say(
-            quiet,
-            f"evaluate@{experiment}: accuracy {m['accuracy']:.4f}, "
-            f"balanced {m['balanced_accuracy']:.4f}",
-        )
+        _say(quiet, evaluate_summary(experiment, metrics["test"]))
+
+
+def evaluate_summary(experiment: str, test: dict[str, Any]) -> str:
+    """The one line ``evaluate`` prints: accuracy and balanced accuracy for single-label
+    data, P@1, P@5 and PSP@5 for multi-label data (which has no accuracy)."""
+    if "accuracy" in test:
+        shown = {"accuracy": "accuracy", "balanced": "balanced_accuracy"}
+    else:
+        shown = {"P@1": "P@1", "P@5": "P@5", "PSP@5": "PSP@5"}
+    parts = [f"{name} {test[key]:.4f}" for name, key in shown.items() if key in test]
+    return f"evaluate@{experiment}: {', '.join(parts)}"
 
 
 @cli.command()

@@ -213,3 +213,17 @@ def test_the_catalog_key_follows_files_plugins_and_settings(tmp_path, monkeypatc
     assert edited != key
     monkeypatch.setenv("TAILKIT_LOAD_PLUGINS", "tailkit.losses")
     assert catalog.catalog_key() != edited
+
+
+def test_evaluate_summary_names_the_metrics_the_data_has() -> None:
+    """Single-label data prints accuracy; multi-label data, which has none, P@k and PSP@5
+    (the CLI once raised KeyError 'accuracy' after a multi-label evaluate had written its
+    metrics)."""
+    from tailkit.cli import evaluate_summary
+
+    single = {"accuracy": 0.93948, "balanced_accuracy": 0.80214, "few": 0.7}
+    assert evaluate_summary("softmax", single) == (
+        "evaluate@softmax: accuracy 0.9395, balanced 0.8021"
+    )
+    multi = {"P@1": 0.5538, "P@3": 0.3763, "P@5": 0.2820, "PSP@5": 0.10705, "few": 0.003}
+    assert evaluate_summary("ns", multi) == "evaluate@ns: P@1 0.5538, P@5 0.2820, PSP@5 0.1071"
