@@ -80,8 +80,12 @@ def _run(args: list[str], cwd: Path) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 1024
 
 
-def measure(num_classes: int, workdir: Path, study: str) -> dict[str, dict[str, float]]:
+def measure(
+    num_classes: int, workdir: Path, study: str, only: list[str] | None = None
+) -> dict[str, dict[str, float]]:
     params = scaled(yaml.safe_load((STUDIES / f"{study}.yaml").read_text()), num_classes)
+    if only:
+        params["experiments"] = {k: v for k, v in params["experiments"].items() if k in only}
     project = workdir / f"C{num_classes}"
     project.mkdir(parents=True)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -104,11 +108,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep it")
     parser.add_argument("--study", default="million-labels")
+    parser.add_argument("--only", nargs="*", help="run only these experiments")
     args = parser.parse_args()
     labels = sorted(args.labels)
     with tempfile.TemporaryDirectory(prefix="tailkit-scale-") as tmp:
         workdir = args.keep or Path(tmp)
-        runs = {c: measure(c, workdir, args.study) for c in labels}
+        runs = {c: measure(c, workdir, args.study, args.only) for c in labels}
     stages = list(runs[labels[0]])
     head = " | ".join(f"C = {c:,}: s / MB" for c in labels)
     # a stage's ~3 s of imports dominates the small runs and flattens the fit over all of

@@ -73,7 +73,7 @@ class Checkpointer:
             for first, stop in itertools.pairwise(cuts):
                 if stop <= first:
                     continue
-                part = {name: t[first - label_start : stop - label_start].detach().cpu()
+                part = {name: t[first - label_start : stop - label_start]
                         for name, t in rows.items()}  # fmt: skip
                 name = f"rows-{first:012d}.pt"
                 sha = _write(self.directory / folder / name, part)
@@ -87,7 +87,7 @@ class Checkpointer:
             if rows is not None:
                 record = {"folder": folder, "tables": sorted(rows), "pieces": pieces}
             with atomic_path(self.path) as tmp:
-                torch.save({"key": self.key, **state, "rows": record}, tmp)
+                torch.save(_compact({"key": self.key, **state, "rows": record}), tmp)
             for old in self.directory.glob("rows-*"):
                 if old.name != folder:
                     shutil.rmtree(old, ignore_errors=True)
@@ -183,10 +183,29 @@ def _row_count(rows: dict[str, torch.Tensor]) -> int:
     return counts.pop()
 
 
+def _compact(obj: Any) -> Any:
+    """``obj`` with every tensor on the CPU and holding only its own elements.
+
+    torch.save writes a tensor's whole storage: a 4,096-row piece sliced from a 10^6-row table
+    would carry all 10^6 rows (264 MB a piece at d = 32 with Adagrad's state, 55 GB for one
+    checkpoint before this copy)."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu()
+        own = t.numel() * t.element_size()
+        if t.untyped_storage().nbytes() != own or not t.is_contiguous():
+            t = t.clone(memory_format=torch.contiguous_format)
+        return t
+    if isinstance(obj, dict):
+        return {k: _compact(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_compact(v) for v in obj)
+    return obj
+
+
 def _write(path: Path, tables: dict[str, torch.Tensor]) -> str:
     """Save ``tables`` to ``path`` atomically; the sha256 of the bytes written."""
     buffer = io.BytesIO()
-    torch.save(tables, buffer)
+    torch.save(_compact(tables), buffer)
     data = buffer.getvalue()
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
