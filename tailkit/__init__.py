@@ -7,17 +7,25 @@ Plugin authors import everything they need from here. The names resolve on first
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# numba's compiled-kernel cache (the tree's and prediction's kernels, cache=True) goes under the
-# user's cache directory, not into __pycache__ beside the sources: running a command must not
-# write into the package. Set before anything in tailkit imports numba, which reads it once.
+# numba's compiled-kernel cache (the kernels' cache=True) goes under the user's cache directory,
+# not into __pycache__ beside the sources: running a command must not write into the package.
+# numba keys a cached kernel on its own module's source only, so the directory is named after
+# the helpers every kernel inlines (fastmath.py): an edit there must not serve stale machine
+# code. Set before anything in tailkit imports numba, which reads it once.
+_HELPERS = hashlib.sha256((Path(__file__).parent / "fastmath.py").read_bytes()).hexdigest()[:12]
 os.environ.setdefault(
     "NUMBA_CACHE_DIR",
-    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit" / "numba"),
+    str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "tailkit"
+        / f"numba-{_HELPERS}"
+    ),
 )
 
 if TYPE_CHECKING:

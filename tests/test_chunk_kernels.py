@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tailkit.evaluation.chunk_kernels import exp_nonpositive, merge_chunk
+from tailkit.evaluation.chunk_kernels import merge_chunk
 
 
 def _fold(scores: torch.Tensor, k: int, chunk: int):
@@ -19,15 +19,6 @@ def _fold(scores: torch.Tensor, k: int, chunk: int):
         labels = np.arange(start, start + part.shape[1], dtype=np.int64)
         merge_chunk(part.numpy(), labels, top.numpy(), ids.numpy(), lse.numpy())
     return top, ids, lse
-
-
-def test_exp_polynomial_relative_error():
-    t = -np.linspace(0.0, 39.9, 200_001)
-    out = np.empty_like(t)
-    exp_nonpositive(t, out)
-    assert np.max(np.abs(out / np.exp(t) - 1.0)) < 2e-8
-    exp_nonpositive(np.array([-45.0, -np.inf]), out[:2])
-    assert (out[:2] < 5e-18).all()  # the floor: invisible next to the row's largest term, 1
 
 
 @pytest.mark.parametrize(("width", "chunk", "k"), [(1, 1, 1), (37, 5, 5), (5000, 999, 7)])

@@ -15,7 +15,7 @@ from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.dro_lt import _BatchPrototypeDRO, dro_loss
 from tailkit.plugins.losses.elm import _BatchPull, _MemoryPull, pull_terms, same_class_pairs
 from tailkit.plugins.losses.fused_binary import binary_row_losses
-from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
+from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy, compiled_path
 
 
 def random_case(seed: int, rows: int = 5, classes: int = 7, scale: float = 4.0):
@@ -90,12 +90,72 @@ def test_adjusted_cross_entropy_takes_minus_infinity_offsets() -> None:
     assert torch.equal(logits.grad[:, 6], torch.zeros(labels.numel(), dtype=torch.float64))
 
 
-def test_adjusted_cross_entropy_float32_equals_cross_entropy() -> None:
-    logits, labels, offsets, _ = random_case(6, rows=64, classes=300, scale=30.0)
+@pytest.mark.parametrize(("rows", "classes"), [(1, 1), (7, 5), (64, 3001)])
+@pytest.mark.parametrize("with_offsets", [False, True])
+@pytest.mark.parametrize("with_shift", [False, True])
+def test_compiled_cross_entropy_float32_against_float64(rows, classes, with_offsets, with_shift):
+    """float32 CPU logits take the compiled kernels (softmax_kernels.py): loss and gradient
+    within a few float32 ulps of the float64 formula on the same float32 inputs, on rows wider
+    than the kernels' 1,024-column blocks, labels in the first and the last column, −inf
+    offsets, logits up to ±120 and target shifts down to −5."""
+    logits, labels, offsets, shift = random_case(rows + classes, rows, classes, scale=30.0)
+    labels[0] = classes - 1
+    labels[-1] = 0
+    offsets = offsets.float() if with_offsets else None
+    if offsets is not None and classes > 2:
+        offsets[1] = float("-inf")  # balanced softmax's unseen class
+        labels = torch.where(labels == 1, 0, labels)
+    shift = (5.0 * shift).float() if with_shift else None
+    weights = torch.rand(rows, dtype=torch.float64)
+    x = logits.detach().float().requires_grad_()
+    assert compiled_path(x)
+    got = adjusted_cross_entropy(x, labels, offsets=offsets, target_shift=shift)
+    (weights.float() * got).sum().backward()
+    x64 = x.detach().double().requires_grad_()
+    want = reference_cross_entropy(
+        x64,
+        labels,
+        None if offsets is None else offsets.double(),
+        None if shift is None else shift.double(),
+    )
+    (weights * want).sum().backward()
+    assert got.dtype == torch.float32 and x.grad is not None and x64.grad is not None
+    torch.testing.assert_close(got.double(), want.detach(), rtol=4e-7, atol=1e-6)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=0, atol=1e-6)
+    if offsets is not None and classes > 2:
+        assert (x.grad[:, 1] == 0).all()  # exactly, as e^(−inf) is
+
+
+def test_compiled_cross_entropy_does_not_depend_on_the_thread_count() -> None:
+    import numba
+
+    logits, labels, offsets, shift = random_case(11, rows=33, classes=2500, scale=10.0)
     x = logits.detach().float()
-    got = adjusted_cross_entropy(x, labels, offsets=offsets.float())
-    want = F.cross_entropy(x + offsets.float(), labels, reduction="none")
-    assert torch.equal(got, want)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        leaf = x.clone().requires_grad_()
+        loss = adjusted_cross_entropy(
+            leaf, labels, offsets=offsets.float(), target_shift=shift.float()
+        )
+        loss.sum().backward()
+        assert leaf.grad is not None
+        return loss.detach(), leaf.grad
+
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = run()
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        many = run()
+    finally:
+        numba.set_num_threads(before)
+    assert torch.equal(one[0], many[0]) and torch.equal(one[1], many[1])
+
+
+def test_compiled_cross_entropy_refuses_a_label_out_of_range() -> None:
+    x = torch.zeros(2, 4)
+    with pytest.raises(IndexError, match=r"outside \[0, 4\)"):
+        adjusted_cross_entropy(x, torch.tensor([0, 4]))
 
 
 @pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0, 2.0])

@@ -19,41 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-#: e^t for t < −40 is below 4.3e-18: a float64 sum of at most 2^31 such terms, relative to the
-#: chunk's largest term (1), moves nothing a float32 can hold.
-_FLOOR = -40.0
-
-
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
-def _exp_nonpositive(t):
-    """e^t for t ≤ 0 in plain arithmetic (LLVM vectorises it; a libm call would not be):
-    (e^(t/64))^64 with a degree-10 Taylor polynomial, relative error below 2e-8."""
-    u = max(t, _FLOOR) * 0.015625
-    p = 1.0 / 3628800.0
-    p = p * u + 1.0 / 362880.0
-    p = p * u + 1.0 / 40320.0
-    p = p * u + 1.0 / 5040.0
-    p = p * u + 1.0 / 720.0
-    p = p * u + 1.0 / 120.0
-    p = p * u + 1.0 / 24.0
-    p = p * u + 1.0 / 6.0
-    p = p * u + 0.5
-    p = p * u + 1.0
-    e = p * u + 1.0
-    e = e * e
-    e = e * e
-    e = e * e
-    e = e * e
-    e = e * e
-    return e * e
-
-
-@numba.njit(cache=True, error_model="numpy", fastmath={"contract"})
-def exp_nonpositive(t, out):
-    """The kernel's e^t over an array (float64), for tests."""
-    for i in range(t.shape[0]):
-        out[i] = _exp_nonpositive(t[i])
-
+from tailkit.fastmath import exp_nonpositive
 
 #: Independent running maxima: LLVM does not vectorise a max reduction written as one loop
 #: (it needs a function-wide no-NaN attribute numba does not set), but it packs 16 lanes.
@@ -81,7 +47,7 @@ def _row_max(s):
 def _sum_exp(s, m):
     acc = 0.0
     for j in range(s.shape[0]):
-        acc += _exp_nonpositive(np.float64(s[j]) - m)
+        acc += exp_nonpositive(np.float64(s[j]) - m)
     return acc
 
 

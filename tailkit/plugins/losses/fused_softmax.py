@@ -19,6 +19,7 @@ from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch
 from tailkit.distributed.ops import scale_gradient, sharded_cross_entropy
+from tailkit.plugins.losses.softmax_kernels import cross_entropy_backward, cross_entropy_forward
 
 
 class _AdjustedCrossEntropy(torch.autograd.Function):
@@ -58,6 +59,84 @@ class _AdjustedCrossEntropy(torch.autograd.Function):
         return grad_logits, None, None, None
 
 
+class _CompiledCrossEntropy(torch.autograd.Function):
+    """The same loss and gradient as :class:`_AdjustedCrossEntropy` for float32 logits on the
+    CPU, from the compiled kernels of :mod:`~tailkit.plugins.losses.softmax_kernels`: keeps the
+    row log-sum-exps (B,) instead of a (B, C) log-softmax, and writes the gradient in one pass.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        offsets: torch.Tensor,
+        target_shift: torch.Tensor,
+    ) -> torch.Tensor:
+        rows = logits.shape[0]
+        lse = torch.empty(rows, dtype=torch.float64)
+        loss = torch.empty(rows, dtype=torch.float32)
+        cross_entropy_forward(
+            logits.numpy(),
+            offsets.numpy(),
+            labels.numpy(),
+            target_shift.numpy(),
+            lse.numpy(),
+            loss.numpy(),
+        )
+        ctx.save_for_backward(logits, labels, offsets, target_shift, lse)
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        logits, labels, offsets, target_shift, lse = ctx.saved_tensors
+        grad_logits = torch.empty_like(logits)
+        cross_entropy_backward(
+            logits.numpy(),
+            offsets.numpy(),
+            labels.numpy(),
+            target_shift.numpy(),
+            lse.numpy(),
+            grad.to(torch.float32).contiguous().numpy(),
+            grad_logits.numpy(),
+        )
+        return grad_logits, None, None, None
+
+
+def compiled_path(logits: torch.Tensor) -> bool:
+    """Whether :func:`adjusted_cross_entropy` takes the compiled kernels: float32 (B, C) logits
+    with C ≥ 1 on the CPU. float64 (the reference tests' precision: the kernels' exp is good to
+    2e-8) and CUDA take the torch path."""
+    return logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.ndim == 2
+
+
+def _compiled_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    offsets: torch.Tensor | None,
+    target_shift: torch.Tensor | None,
+) -> torch.Tensor:
+    rows, width = logits.shape
+    if rows and (int(labels.min()) < 0 or int(labels.max()) >= width):
+        # the kernels index without bounds checks; torch's gather would raise the same way
+        raise IndexError(f"cross-entropy: a label is outside [0, {width})")
+    offsets = (
+        logits.new_zeros(width)
+        if offsets is None
+        else offsets.detach().to(logits.dtype).contiguous()
+    )
+    shift = (
+        logits.new_zeros(rows)
+        if target_shift is None
+        else target_shift.detach().to(logits.dtype).contiguous()
+    )
+    loss: torch.Tensor = _CompiledCrossEntropy.apply(
+        logits.contiguous(), labels.long().contiguous(), offsets, shift
+    )
+    return loss
+
+
 def adjusted_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -74,6 +153,8 @@ def adjusted_cross_entropy(
     Both must already have the logits' dtype and device. The caller reduces (mean, sum, a
     weighted sum) with ordinary autograd on the (B,) result.
     """
+    if compiled_path(logits):
+        return _compiled_cross_entropy(logits, labels, offsets, target_shift)
     if offsets is not None:
         offsets = offsets.detach()
     if target_shift is not None:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
 from tailkit.distributed.ops import pick, row_logsumexp
-from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy, compiled_path
 
 
 class SoftmaxCE(Loss):
@@ -38,10 +38,10 @@ class SoftmaxCE(Loss):
     def forward(self, batch: FullBatch) -> torch.Tensor:
         labels = batch.labels.long()
         if labels.ndim == 1:
-            if not batch.whole:
-                per_example = batch_cross_entropy(batch)
-                return per_example.sum() if self.reduction == "sum" else per_example.mean()
-            return F.cross_entropy(batch.logits, labels, reduction=self.reduction)
+            if batch.whole and not compiled_path(batch.logits):
+                return F.cross_entropy(batch.logits, labels, reduction=self.reduction)
+            per_example = batch_cross_entropy(batch)
+            return per_example.sum() if self.reduction == "sum" else per_example.mean()
         present = labels >= 0
         if batch.whole:
             log_p = torch.log_softmax(batch.logits, dim=1).gather(1, labels.clamp(min=0))

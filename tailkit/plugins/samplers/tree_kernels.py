@@ -22,6 +22,8 @@ import math
 import numba
 import numpy as np
 
+from tailkit.fastmath import EXACT_ENOUGH, softplus_neg_f32
+
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -137,68 +139,7 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 #   node blocks whose bounds depend on the tree alone, and the only fast-math liberty is
 #   fusing a·b + c into one FMA, which every path takes alike.
 
-#: Multiply-adds may fuse; nothing is reordered or approximated.
-_EXACT_ENOUGH = {"contract"}
-_F32 = np.float32
-_ZERO, _ONE, _TWO, _HALF = _F32(0.0), _F32(1.0), _F32(2.0), _F32(0.5)
-_LOG2E, _LN2 = _F32(1.4426950408889634), _F32(0.6931471805599453)
-#: Above this |z|, log(1 + e^(−|z|)) < 4.3e-18: the clamp changes no float32 sum.
-_CLAMP = _F32(40.0)
-# e^u on |u| ≤ ln2 / 2: Taylor to u^7 (relative error 5e-9, under float32's 6e-8)
-_E2, _E3, _E4, _E5, _E6, _E7 = (_F32(1.0 / math.factorial(i)) for i in range(2, 8))
-# 2^(−2^b), b = 0 … 5: 2^(−n) for n < 64 as a product of selected factors
-_P0, _P1, _P2, _P3, _P4, _P5 = (_F32(2.0 ** -(1 << b)) for b in range(6))
-# 2·atanh(s) = 2(s + s³/3 + … + s^13/13) for s ≤ 1/3 (truncation below 5e-9 relative)
-_A3, _A5, _A7, _A9, _A11, _A13 = (_F32(1.0 / i) for i in (3, 5, 7, 9, 11, 13))
-
-
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=_EXACT_ENOUGH)
-def _softplus_neg(a):
-    """log(1 + e^(−a)) for a float32 a ≥ 0, relative error ~3e-7, in vectorisable float32.
-
-    e^(−a) = 2^(−n)·e^u with n = round(a·log2 e) and u = (n − a·log2 e)·ln 2, |u| ≤ 0.35: e^u
-    by its Taylor polynomial, 2^(−n) as a product of six selected powers (no bit casts, so the
-    loop stays vectorisable). Then log1p(e) = 2·atanh(s), s = e/(2+e) ≤ 1/3, summed to s^13.
-
-    evaluation/chunk_kernels.py has another scaled-Taylor exp. Each module keeps its own on
-    purpose: numba's on-disk cache is keyed on the calling module's source, so a compiled
-    kernel would not notice an edit to a helper it inlined from another module.
-    """
-    t = min(a, _CLAMP) * _LOG2E
-    n = np.int32(t + _HALF)
-    u = (np.float32(n) - t) * _LN2
-    p = _E7 * u + _E6
-    p = p * u + _E5
-    p = p * u + _E4
-    p = p * u + _E3
-    p = p * u + _E2
-    p = p * u + _ONE
-    p = p * u + _ONE
-    p = p * (_P0 if n & 1 else _ONE)
-    p = p * (_P1 if n & 2 else _ONE)
-    p = p * (_P2 if n & 4 else _ONE)
-    p = p * (_P3 if n & 8 else _ONE)
-    p = p * (_P4 if n & 16 else _ONE)
-    e = p * (_P5 if n & 32 else _ONE)
-    s = e / (_TWO + e)
-    s2 = s * s
-    q = _A13 * s2 + _A11
-    q = q * s2 + _A9
-    q = q * s2 + _A7
-    q = q * s2 + _A5
-    q = q * s2 + _A3
-    q = q * s2 + _ONE
-    return _TWO * s * q
-
-
-@numba.njit(cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
-def log_sigmoid(z, out):
-    """The kernel's (log σ(z), log σ(−z)) over a float32 array → ``out`` (2, n), for tests:
-    min(±z, 0) − log(1 + e^(−|z|)), both sides exact in form (no cancellation)."""
-    for i in range(z.shape[0]):
-        sp = _softplus_neg(abs(z[i]))
-        out[0, i] = min(z[i], _ZERO) - sp
-        out[1, i] = min(-z[i], _ZERO) - sp
+_ZERO = np.float32(0.0)
 
 
 #: Levels of a subtree evaluated while it sits in cache: 2^12 − 1 nodes, their weights
@@ -222,7 +163,7 @@ def _row_group(x, rows, g, xg):
             xg[s, a] = x[i, a]
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=_EXACT_ENOUGH)
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
 def _expand_level(xg, weight_t, bias, first, width, heap, base, z, left, right):
     """Children of the ``width`` nodes first+1 … first+width (rows first … of the weights),
     whose log-probabilities sit at heap[s, base : base + width] for each row slot s of the
@@ -265,7 +206,7 @@ def _expand_level(xg, weight_t, bias, first, width, heap, base, z, left, right):
         zs, hs = z[s], heap[s]
         for j in range(width):
             zz = zs[j]
-            sp = _softplus_neg(abs(zz))
+            sp = softplus_neg_f32(abs(zz))
             right[j] = min(zz, _ZERO) - sp
             left[j] = min(-zz, _ZERO) - sp
         for j in range(width):
@@ -274,7 +215,7 @@ def _expand_level(xg, weight_t, bias, first, width, heap, base, z, left, right):
             hs[child + 2 * j + 1] = parent + right[j]
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
+@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
 def subtree_roots(x, weight_t, bias, depth, out):
     """log p(node | x) of the roots of the bottom subtrees (the nodes of level
     depth − SUBTREE_DEPTH, or the root) for every row of ``x`` (B, k) → ``out`` (B, roots).
@@ -302,7 +243,7 @@ def subtree_roots(x, weight_t, bias, depth, out):
                 out[g * ROW_GROUP + s, r] = heap[s, roots - 1 + r]
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_EXACT_ENOUGH)
+@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
 def subtree_leaves(x, weight_t, bias, depth, root_lp, r_lo, r_hi, leaf_used, first_out, out, plus):
     """log p(leaf | x) of the labelled leaves of bottom subtrees ``r_lo`` … ``r_hi`` − 1, in
     leaf order, for every row → ``out`` (B, first_out[r_hi] − first_out[r_lo]) float32; plus

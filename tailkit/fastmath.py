@@ -1,0 +1,137 @@
+"""Vectorisable exp, log1p and softplus for the compiled kernels (numba, CPU).
+
+Why hand-written: numba calls libm for ``np.exp`` and ``np.log1p``, one element at a time, so a
+loop over a (B, C) array with a transcendental per entry runs at libm's scalar speed; written in
+plain arithmetic (a polynomial and a scaling), LLVM packs 4 float64 or 8 float32 lanes. The
+kernels of prediction (evaluation/chunk_kernels.py), the label tree (plugins/samplers/
+tree_kernels.py) and the full-softmax and one-vs-all losses (plugins/losses/*_kernels.py)
+inline these.
+
+numba's on-disk cache is keyed on each kernel module's own source, so a kernel would not notice
+an edit here that it inlined. ``tailkit/__init__.py`` therefore names the cache directory after
+a digest of this file: an edit here sends every kernel to a fresh directory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+#: e^t for t < −40 is below 4.3e-18: a float64 sum of at most 2^31 such terms, relative to a
+#: largest term of 1, moves nothing a float32 can hold.
+EXP_FLOOR = -40.0
+
+_F32 = np.float32
+_ZERO, _ONE, _TWO, _HALF = _F32(0.0), _F32(1.0), _F32(2.0), _F32(0.5)
+_LOG2E = _F32(1.4426950408889634)
+#: Above this a, e^(−a) and log(1 + e^(−a)) are below 4.3e-18: the clamp changes no float32 sum.
+CLAMP_F32 = _F32(40.0)
+# e^u on |u| ≤ ln2 / 2: Taylor to u^7 (relative error 5e-9, under float32's 6e-8)
+_E2, _E3, _E4, _E5, _E6, _E7 = (_F32(1.0 / math.factorial(i)) for i in range(2, 8))
+# ln 2 = _LN2_HI + _LN2_LO, the high part with 9 significant bits: n·_LN2_HI is exact for n < 2^15
+_LN2_HI, _LN2_LO = _F32(0.693359375), _F32(0.6931471805599453 - 0.693359375)
+# 2·atanh(s) = 2(s + s³/3 + … + s^13/13) for s ≤ 1/3 (truncation below 5e-9 relative)
+_A3, _A5, _A7, _A9, _A11, _A13 = (_F32(1.0 / i) for i in (3, 5, 7, 9, 11, 13))
+
+#: Multiply-adds may fuse; nothing is reordered or approximated.
+EXACT_ENOUGH = {"contract"}
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
+def exp_nonpositive(t):
+    """e^t for a float64 t ≤ 0: (e^(t/64))^64 with a degree-10 Taylor polynomial, relative
+    error below 2e-8; t below :data:`EXP_FLOOR` gives e^−40."""
+    u = max(t, EXP_FLOOR) * 0.015625
+    p = 1.0 / 3628800.0
+    p = p * u + 1.0 / 362880.0
+    p = p * u + 1.0 / 40320.0
+    p = p * u + 1.0 / 5040.0
+    p = p * u + 1.0 / 720.0
+    p = p * u + 1.0 / 120.0
+    p = p * u + 1.0 / 24.0
+    p = p * u + 1.0 / 6.0
+    p = p * u + 0.5
+    p = p * u + 1.0
+    e = p * u + 1.0
+    e = e * e
+    e = e * e
+    e = e * e
+    e = e * e
+    e = e * e
+    return e * e
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE bits are the int32 ``bits`` (an LLVM bitcast, which vectorises)."""
+    if bits != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
+def exp_neg_f32(a):
+    """e^(−a) for a float32 a ≥ 0 (clamped at :data:`CLAMP_F32`), relative error below 3e-7.
+
+    e^(−a) = 2^(−n)·e^u with n = round(a·log2 e) and u = n·ln 2 − a, |u| ≤ 0.35, formed in two
+    parts (Cody–Waite: n·ln2_hi is exact) so that rounding a·log2 e costs no accuracy; e^u by
+    its Taylor polynomial, 2^(−n) straight from its exponent bits.
+    """
+    c = min(a, CLAMP_F32)
+    n = np.int32(c * _LOG2E + _HALF)
+    fn = np.float32(n)
+    u = (fn * _LN2_HI - c) + fn * _LN2_LO
+    p = _E7 * u + _E6
+    p = p * u + _E5
+    p = p * u + _E4
+    p = p * u + _E3
+    p = p * u + _E2
+    p = p * u + _ONE
+    p = p * u + _ONE
+    return p * _float32_from_bits(np.int32((127 - n) << 23))
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
+def log1p_unit_f32(e):
+    """log(1 + e) for a float32 e in [0, 1]: 2·atanh(s), s = e/(2+e) ≤ 1/3, summed to s^13."""
+    s = e / (_TWO + e)
+    s2 = s * s
+    q = _A13 * s2 + _A11
+    q = q * s2 + _A9
+    q = q * s2 + _A7
+    q = q * s2 + _A5
+    q = q * s2 + _A3
+    q = q * s2 + _ONE
+    return _TWO * s * q
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
+def softplus_neg_f32(a):
+    """log(1 + e^(−a)) for a float32 a ≥ 0, relative error ~3e-7, in vectorisable float32."""
+    return log1p_unit_f32(exp_neg_f32(a))
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
+def exp_nonpositive_array(t, out):
+    """:func:`exp_nonpositive` over a float64 array, for tests."""
+    for i in range(t.shape[0]):
+        out[i] = exp_nonpositive(t[i])
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
+def log_sigmoid_array(z, out):
+    """(log σ(z), log σ(−z)) over a float32 array → ``out`` (2, n), for tests, as the kernels
+    form them: min(±z, 0) − log(1 + e^(−|z|)), both sides exact in form (no cancellation)."""
+    for i in range(z.shape[0]):
+        sp = softplus_neg_f32(abs(z[i]))
+        out[0, i] = min(z[i], _ZERO) - sp
+        out[1, i] = min(-z[i], _ZERO) - sp
