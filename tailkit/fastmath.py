@@ -35,8 +35,23 @@ CLAMP_F32 = _F32(40.0)
 _E2, _E3, _E4, _E5, _E6, _E7 = (_F32(1.0 / math.factorial(i)) for i in range(2, 8))
 # ln 2 = _LN2_HI + _LN2_LO, the high part with 9 significant bits: n·_LN2_HI is exact for n < 2^15
 _LN2_HI, _LN2_LO = _F32(0.693359375), _F32(0.6931471805599453 - 0.693359375)
-# 2·atanh(s) = 2(s + s³/3 + … + s^13/13) for s ≤ 1/3 (truncation below 5e-9 relative)
-_A3, _A5, _A7, _A9, _A11, _A13 = (_F32(1.0 / i) for i in (3, 5, 7, 9, 11, 13))
+# log(1 + e)/e on [0, 1]: least squares at 4,000 Chebyshev nodes, degree 8 (1.9e-7 relative in
+# float32 Horner); the leading coefficients approach the series' 1, −1/2, 1/3
+_L0, _L1, _L2, _L3, _L4, _L5, _L6, _L7, _L8 = (
+    _F32(c)
+    for c in (
+        0.999999970540657,
+        -0.499995015167878,
+        0.33319271342510437,
+        -0.24844369892523396,
+        0.19111431080749114,
+        -0.1367476970581227,
+        0.07836166802132702,
+        -0.029588507394128286,
+        0.0052534577972598,
+    )
+)
+_R0, _R1 = _F32(24.0 / 17.0), _F32(8.0 / 17.0)
 
 #: Multiply-adds may fuse; nothing is reordered or approximated.
 EXACT_ENOUGH = {"contract"}
@@ -102,16 +117,29 @@ def exp_neg_f32(a):
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
 def log1p_unit_f32(e):
-    """log(1 + e) for a float32 e in [0, 1]: 2·atanh(s), s = e/(2+e) ≤ 1/3, summed to s^13."""
-    s = e / (_TWO + e)
-    s2 = s * s
-    q = _A13 * s2 + _A11
-    q = q * s2 + _A9
-    q = q * s2 + _A7
-    q = q * s2 + _A5
-    q = q * s2 + _A3
-    q = q * s2 + _ONE
-    return _TWO * s * q
+    """log(1 + e) for a float32 e in [0, 1], as e·q(e) with q a degree-8 polynomial fitted at
+    Chebyshev nodes: relative error below 2.5e-7 (a few float32 ulps), and no division (a
+    256-bit divide costs as much as the whole polynomial on the AVX2 machines)."""
+    q = _L8 * e + _L7
+    q = q * e + _L6
+    q = q * e + _L5
+    q = q * e + _L4
+    q = q * e + _L3
+    q = q * e + _L2
+    q = q * e + _L1
+    q = q * e + _L0
+    return e * q
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
+def reciprocal_unit_f32(d):
+    """1/d for a float32 d in [1, 2] without a divide: the linear minimax start 24/17 − 8/17·d
+    (relative error ≤ 1/17), then three Newton steps r ← r(2 − d·r), each squaring the error
+    (1/17 → 3.5e-3 → 1.2e-5 → float32 rounding)."""
+    r = _R0 - _R1 * d
+    r = r * (_TWO - d * r)
+    r = r * (_TWO - d * r)
+    return r * (_TWO - d * r)
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)

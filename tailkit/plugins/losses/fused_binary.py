@@ -24,6 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from tailkit.plugins.losses.binary_kernels import (
+    binary_backward,
+    binary_forward_with_slopes,
+    kernel_mode,
+)
+from tailkit.plugins.losses.fused_softmax import compiled_path
+
 
 def _positive_terms(z_y: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
     """h(z) and h'(z) of the label entries (B, 1): the t = 1 loss and its derivative."""
@@ -91,9 +98,71 @@ class _BinaryRowLosses(torch.autograd.Function):
         return slope.mul_(grad.unsqueeze(1)), None, None
 
 
+class _CompiledBinaryRowLosses(torch.autograd.Function):
+    """The same row sums and gradient as :class:`_BinaryRowLosses` for float32 logits on the
+    CPU, from the compiled kernels of :mod:`~tailkit.plugins.losses.binary_kernels`. The forward
+    computes each entry's transcendentals once and writes its slope f' beside the row sum; the
+    backward scales that (B, C) table by the incoming gradient in place and hands it on as the
+    logits' gradient, so a step makes one (B, C) tensor. A second backward through the same
+    graph (gradcheck, retain_graph) finds the table spent and recomputes it from the logits.
+    The B label entries are computed here in float64 by :func:`_positive_terms`."""
+
+    @staticmethod
+    def forward(ctx: Any, z: torch.Tensor, labels: torch.Tensor, gamma: float) -> torch.Tensor:
+        column = labels.unsqueeze(1)
+        positive, positive_slope = _positive_terms(z.gather(1, column).double(), gamma)
+        positive_slope = positive_slope[:, 0].contiguous()
+        rows = torch.empty(z.shape[0], dtype=torch.float32)
+        slopes = torch.empty_like(z)
+        binary_forward_with_slopes(
+            z.numpy(),
+            labels.numpy(),
+            gamma,
+            kernel_mode(gamma),
+            positive[:, 0].contiguous().numpy(),
+            positive_slope.numpy(),
+            rows.numpy(),
+            slopes.numpy(),
+        )
+        ctx.gamma = gamma
+        ctx.slopes = slopes  # an intermediate, consumed by the first backward
+        ctx.save_for_backward(z, labels, positive_slope)
+        return rows
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        scale = grad.to(torch.float32).unsqueeze(1)
+        slopes, ctx.slopes = ctx.slopes, None
+        if slopes is not None:
+            return slopes.mul_(scale), None, None
+        z, labels, positive_slope = ctx.saved_tensors
+        gamma: float = ctx.gamma
+        again = torch.empty_like(z)
+        binary_backward(
+            z.numpy(),
+            labels.numpy(),
+            gamma,
+            kernel_mode(gamma),
+            positive_slope.numpy(),
+            scale.squeeze(1).contiguous().numpy(),
+            again.numpy(),
+        )
+        return again, None, None
+
+
 def binary_row_losses(logits: torch.Tensor, labels: torch.Tensor, gamma: float) -> torch.Tensor:
     """Per row (B,): Σ_c M_ic BCE(z_ic, t_ic) with one-hot targets t at ``labels`` (B,) and the
     focal modulator M = (1 − p_t)^γ (γ = 0: the sigmoid loss, M ≡ 1). Same values and gradient
     as the elementwise autograd formula; see the module docstring for the terms."""
+    if compiled_path(logits):
+        width = logits.shape[1]
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= width):
+            # the kernels index without bounds checks; torch's gather would raise the same way
+            raise IndexError(f"one-vs-all loss: a label is outside [0, {width})")
+        compiled: torch.Tensor = _CompiledBinaryRowLosses.apply(
+            logits.contiguous(), labels.long().contiguous(), float(gamma)
+        )
+        return compiled
     rows: torch.Tensor = _BinaryRowLosses.apply(logits, labels, float(gamma))
     return rows

@@ -1,0 +1,233 @@
+"""Compiled CPU kernels of the one-vs-all sigmoid and focal row sums (the class-balanced
+sigmoid and focal losses): the loss in one read of the logits, the gradient in one read and one
+write, nothing (B, C) kept in between.
+
+Why hand-written: every entry needs softplus and sigmoid (and for γ ∉ {0, 1} a power), three
+transcendental passes in torch, each a (B, C) tensor written and read again, which made the
+focal loss the costliest long-tail loss per step (fused_binary.py has the formulas). Here
+e = e^(−|z|) and log(1 + e) are computed once per entry with the vectorisable helpers of
+:mod:`tailkit.fastmath`, and both follow from them:
+
+    softplus(z) = max(z, 0) + log(1 + e),  σ(z) = (1 if z ≥ 0 else e) / (1 + e),
+    σ(−z) = (e if z ≥ 0 else 1) / (1 + e),  log σ(z) = min(z, 0) − log(1 + e).
+
+For t = 0 (every column but the label): f = σ^γ·softplus(z) and f' = γ(1 − σ)f + σ^(γ+1)
+(γ = 0: f = softplus, f' = σ), with 1 − σ = σ(−z) formed directly. The label's term (one per row) is
+computed in float64 by the caller's formula and passed in. Sums are float32 lanes in blocks of
+1,024 columns, the blocks added in float64; each row is reduced by one thread in a fixed order,
+so the values do not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from tailkit.fastmath import CLAMP_F32, exp_neg_f32, log1p_unit_f32, reciprocal_unit_f32
+
+_BLOCK = 1024
+_ZERO, _ONE = np.float32(0.0), np.float32(1.0)
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _parts(z):
+    """(softplus(z), σ(z), σ(−z) = 1 − σ(z), log σ(z)) of a float32 z, each in its exact form:
+    1 − σ as a difference would lose its digits where σ is near 1 (γ(1 − σ)·f then carried
+    errors of 1e-6 into the focal slope at z ≈ 10)."""
+    a = abs(z)
+    e = exp_neg_f32(a)
+    lg = log1p_unit_f32(e)
+    r = reciprocal_unit_f32(_ONE + e)
+    positive = z >= _ZERO
+    return (
+        max(z, _ZERO) + lg,
+        (_ONE if positive else e) * r,
+        (e if positive else _ONE) * r,
+        min(z, _ZERO) - lg,
+    )
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _sigmoid_term(z, gamma):
+    """(f, f') of a t = 0 entry for γ = 0: softplus and σ."""
+    sp, sig, _, _ = _parts(z)
+    return sp, sig
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _focal1_term(z, gamma):
+    """(f, f') of a t = 0 entry for γ = 1: f = σ·softplus, f' = (1 − σ)f + σ²."""
+    sp, sig, sig_neg, _ = _parts(z)
+    f = sig * sp
+    return f, sig_neg * f + sig * sig
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _focal_term(z, gamma):
+    """(f, f') of a t = 0 entry for any γ, σ^γ = e^(γ log σ)."""
+    sp, sig, sig_neg, log_sig = _parts(z)
+    power = -gamma * log_sig  # ≥ 0
+    sig_pow = exp_neg_f32(power) if power < CLAMP_F32 else _ZERO
+    f = sig_pow * sp
+    return f, gamma * sig_neg * f + sig_pow * sig
+
+
+# One compiled loop per term, chosen per row: with γ's case a run-time argument inside the loop,
+# LLVM vectorised one loop that computed every case and blended the results (the sigmoid loss
+# paid for the focal power), and a term passed as a function argument is an indirect call per
+# entry that numba cannot cache.
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+def _row_sum_sigmoid(z, skip, gamma):
+    n = z.shape[0]
+    total = 0.0
+    for start in range(0, n, _BLOCK):
+        acc = _ZERO
+        for j in range(start, min(start + _BLOCK, n)):
+            f, _ = _sigmoid_term(z[j], gamma)
+            acc += f if j != skip else _ZERO
+        total += np.float64(acc)
+    return total
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _slopes_sigmoid(z, gamma, scale, out):
+    for j in range(z.shape[0]):
+        _, slope = _sigmoid_term(z[j], gamma)
+        out[j] = slope * scale
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+def _row_sum_focal1(z, skip, gamma):
+    n = z.shape[0]
+    total = 0.0
+    for start in range(0, n, _BLOCK):
+        acc = _ZERO
+        for j in range(start, min(start + _BLOCK, n)):
+            f, _ = _focal1_term(z[j], gamma)
+            acc += f if j != skip else _ZERO
+        total += np.float64(acc)
+    return total
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _slopes_focal1(z, gamma, scale, out):
+    for j in range(z.shape[0]):
+        _, slope = _focal1_term(z[j], gamma)
+        out[j] = slope * scale
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+def _row_sum_focal(z, skip, gamma):
+    n = z.shape[0]
+    total = 0.0
+    for start in range(0, n, _BLOCK):
+        acc = _ZERO
+        for j in range(start, min(start + _BLOCK, n)):
+            f, _ = _focal_term(z[j], gamma)
+            acc += f if j != skip else _ZERO
+        total += np.float64(acc)
+    return total
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _slopes_focal(z, gamma, scale, out):
+    for j in range(z.shape[0]):
+        _, slope = _focal_term(z[j], gamma)
+        out[j] = slope * scale
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+def _row_sum_and_slopes_sigmoid(z, skip, gamma, out):
+    n = z.shape[0]
+    total = 0.0
+    for start in range(0, n, _BLOCK):
+        acc = _ZERO
+        for j in range(start, min(start + _BLOCK, n)):
+            f, slope = _sigmoid_term(z[j], gamma)
+            acc += f if j != skip else _ZERO
+            out[j] = slope
+        total += np.float64(acc)
+    return total
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+def _row_sum_and_slopes_focal1(z, skip, gamma, out):
+    n = z.shape[0]
+    total = 0.0
+    for start in range(0, n, _BLOCK):
+        acc = _ZERO
+        for j in range(start, min(start + _BLOCK, n)):
+            f, slope = _focal1_term(z[j], gamma)
+            acc += f if j != skip else _ZERO
+            out[j] = slope
+        total += np.float64(acc)
+    return total
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+def _row_sum_and_slopes_focal(z, skip, gamma, out):
+    n = z.shape[0]
+    total = 0.0
+    for start in range(0, n, _BLOCK):
+        acc = _ZERO
+        for j in range(start, min(start + _BLOCK, n)):
+            f, slope = _focal_term(z[j], gamma)
+            acc += f if j != skip else _ZERO
+            out[j] = slope
+        total += np.float64(acc)
+    return total
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def binary_forward_with_slopes(logits, labels, gamma, mode, label_terms, label_slopes, out, slopes):
+    """:func:`binary_forward`, and ``slopes`` (B, C) float32 = f'(z_ij), ``label_slopes`` at each
+    row's label: the gradient for an incoming gradient of ones, from the same transcendentals
+    (the backward then only scales each row)."""
+    g = np.float32(gamma)
+    for i in numba.prange(logits.shape[0]):
+        z, y, row = logits[i], labels[i], slopes[i]
+        if mode == 0:
+            total = _row_sum_and_slopes_sigmoid(z, y, g, row)
+        elif mode == 1:
+            total = _row_sum_and_slopes_focal1(z, y, g, row)
+        else:
+            total = _row_sum_and_slopes_focal(z, y, g, row)
+        out[i] = np.float32(total + label_terms[i])
+        row[y] = np.float32(label_slopes[i])
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def binary_forward(logits, labels, gamma, mode, label_terms, out):
+    """``out`` (B,) float32: Σ_{j ≠ y_i} f(z_ij) + ``label_terms`` (B,) float64 (h(z_{i y_i}));
+    ``mode`` from :func:`kernel_mode`."""
+    g = np.float32(gamma)
+    for i in numba.prange(logits.shape[0]):
+        z, y = logits[i], labels[i]
+        if mode == 0:
+            total = _row_sum_sigmoid(z, y, g)
+        elif mode == 1:
+            total = _row_sum_focal1(z, y, g)
+        else:
+            total = _row_sum_focal(z, y, g)
+        out[i] = np.float32(total + label_terms[i])
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def binary_backward(logits, labels, gamma, mode, label_slopes, grad, out):
+    """``out`` (B, C) float32 = grad_i · f'(z_ij), and grad_i · ``label_slopes``_i (h'(z_{i y_i}))
+    at each row's label."""
+    g = np.float32(gamma)
+    for i in numba.prange(logits.shape[0]):
+        z, o, scale = logits[i], out[i], grad[i]
+        if mode == 0:
+            _slopes_sigmoid(z, g, scale, o)
+        elif mode == 1:
+            _slopes_focal1(z, g, scale, o)
+        else:
+            _slopes_focal(z, g, scale, o)
+        o[labels[i]] = np.float32(label_slopes[i] * np.float64(scale))
+
+
+def kernel_mode(gamma: float) -> int:
+    """The kernels' ``mode`` argument for γ: 0 (sigmoid), 1 (the focal default), 2 (any other)."""
+    return 0 if gamma == 0 else 1 if gamma == 1 else 2
