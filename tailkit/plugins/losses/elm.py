@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -12,6 +13,13 @@ from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.fused_softmax import batch_cross_entropy, replicated_embeddings
 from tailkit.plugins.losses.logit_adjusted import prior_offsets
+from tailkit.plugins.losses.pull_kernels import (
+    class_runs,
+    memory_pull,
+    memory_write,
+    pull_backward,
+    pull_forward,
+)
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -153,6 +161,58 @@ class _BatchPull(torch.autograd.Function):
         return grad_z, None, None
 
 
+class _CompiledBatchPull(torch.autograd.Function):
+    """:class:`_BatchPull`'s value and gradient for float32 embeddings on the CPU, from the
+    compiled kernels of :mod:`~tailkit.plugins.losses.pull_kernels`: the pairs are visited run
+    by run of the label-sorted batch, with no B × B matrix and no pair lists."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, z: torch.Tensor, runs: tuple[np.ndarray, ...], alpha: torch.Tensor
+    ) -> torch.Tensor:
+        order, run_start, run_size, block_start, total = runs
+        a = (z - z.mean(dim=0)).contiguous()
+        weights = np.empty(int(total), dtype=np.float64)
+        omega = torch.empty(z.shape[0], dtype=torch.float64)
+        alpha64 = alpha.to(torch.float64).contiguous().numpy()
+        pull_forward(
+            a.numpy(), order, run_start, run_size, block_start, alpha64, weights, omega.numpy()
+        )
+        ctx.runs = runs
+        ctx.weights = weights
+        ctx.save_for_backward(a)
+        return omega.to(z.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (a,) = ctx.saved_tensors
+        order, run_start, run_size, block_start, _ = ctx.runs
+        out = torch.empty_like(a)
+        g = grad.to(torch.float64).contiguous().numpy()
+        pull_backward(
+            a.numpy(), order, run_start, run_size, block_start, ctx.weights, g, out.numpy()
+        )
+        return out, None, None
+
+
+def batch_pull(z: torch.Tensor, labels: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """Ω_pull (B,) of every row against the other rows of its class in the batch: the compiled
+    kernels for float32 on the CPU while the same-class pairs are at most a quarter of the
+    B × B matrix (past that, the two GEMMs of :class:`_BatchPull` do the same work faster),
+    :class:`_BatchPull` otherwise."""
+    if z.device.type == "cpu" and z.dtype == torch.float32:
+        flat = labels.numpy()
+        order = np.argsort(flat, kind="stable")
+        run_start, run_size, block_start, total = class_runs(flat[order])
+        if total <= flat.size * flat.size // 4:
+            runs = (order, run_start, run_size, block_start, total)
+            compiled: torch.Tensor = _CompiledBatchPull.apply(z, runs, alpha)
+            return compiled
+    pull: torch.Tensor = _BatchPull.apply(z, same_class_pairs(labels), alpha)
+    return pull
+
+
 class _MemoryPull(torch.autograd.Function):
     """Ω_pull of each anchor against the stored embeddings of its class, with the gradient
     formed in the forward: the same value as :func:`pull_terms` (z, memory[labels], valid,
@@ -195,6 +255,42 @@ class _MemoryPull(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         (jacobian,) = ctx.saved_tensors
         return jacobian * grad.unsqueeze(1), None, None, None
+
+
+class _CompiledMemoryPull(torch.autograd.Function):
+    """:class:`_MemoryPull`'s value and gradient for float32 embeddings and memory on the CPU,
+    from :func:`~tailkit.plugins.losses.pull_kernels.memory_pull`: each row reads its class's
+    memory slots in place (no (B, memory_size, d) gather) and its Jacobian row is formed in
+    the same pass; the backward scales it."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        z: torch.Tensor,
+        labels: torch.Tensor,
+        memory: torch.Tensor,
+        filled: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> torch.Tensor:
+        omega = torch.empty(z.shape[0], dtype=torch.float64)
+        jacobian = torch.empty_like(z)
+        memory_pull(
+            z.contiguous().numpy(),
+            labels.numpy(),
+            memory.numpy(),
+            filled.numpy(),
+            alpha.to(torch.float64).contiguous().numpy(),
+            omega.numpy(),
+            jacobian.numpy(),
+        )
+        ctx.save_for_backward(jacobian)
+        return omega.to(z.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
+        (jacobian,) = ctx.saved_tensors
+        return jacobian * grad.unsqueeze(1), None, None, None, None
 
 
 def ring_slots(labels: torch.Tensor, written: torch.Tensor, size: int) -> tuple[torch.Tensor, ...]:
@@ -327,7 +423,7 @@ class ELM(Loss):
         z = replicated_embeddings(batch)
         alpha = table_like(self, "margins", z)[labels]
         if self.positives == "batch":
-            pull = _BatchPull.apply(z, same_class_pairs(labels), alpha.detach())
+            pull = batch_pull(z, labels, alpha.detach())
         else:
             pull = self._memory_pull(z, labels, alpha)
         return ce + self.lam * pull.mean()
@@ -343,6 +439,18 @@ class ELM(Loss):
                 )
             self.memory = z.new_zeros(self.memory.shape[0], self.memory_size, z.shape[-1])
         filled = self.memory_written.clamp(max=self.memory_size)[labels]
+        if z.device.type == "cpu" and z.dtype == torch.float32 == self.memory.dtype:
+            pull: torch.Tensor = _CompiledMemoryPull.apply(
+                z, labels.contiguous(), self.memory, filled, alpha.detach()
+            )
+            if self.training:
+                memory_write(
+                    z.detach().contiguous().numpy(),
+                    labels.contiguous().numpy(),
+                    self.memory.numpy(),
+                    self.memory_written.numpy(),
+                )
+            return pull
         slots = torch.arange(self.memory_size, device=z.device)
         valid = slots.unsqueeze(0) < filled.unsqueeze(1)
         positives = self.memory[labels].to(z.dtype)  # a fresh (B, memory_size, d) gather

@@ -1,0 +1,143 @@
+"""The compiled float32 CPU paths of ELM's pull (batch and memory) and DRO-LT's prototype loss
+against the torch paths they replace (run in float64), and their independence of the thread
+count. The losses' own references (numpy loops, worked vectors) are in
+test_embedding_losses.py, which runs each loss in float32 (these kernels) and float64."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+import torch
+
+from tailkit.plugins.losses.elm import _BatchPull, _CompiledBatchPull, batch_pull, same_class_pairs
+from tailkit.plugins.losses.pull_kernels import class_runs
+from tailkit.registry import make_registry
+from tailkit.testing.batches import full_batch
+
+
+def zipf_labels(rows: int, classes: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    weights = torch.arange(1, classes + 1, dtype=torch.float64) ** -1.1
+    return torch.multinomial(weights, rows, replacement=True, generator=gen)
+
+
+def runs_of(labels: torch.Tensor) -> tuple:
+    flat = labels.numpy()
+    order = np.argsort(flat, kind="stable")
+    return (order, *class_runs(flat[order]))
+
+
+@pytest.mark.parametrize(("rows", "classes"), [(1, 1), (9, 3), (300, 40)])
+def test_compiled_batch_pull_equals_the_torch_path(rows, classes) -> None:
+    labels = zipf_labels(rows, classes, rows)
+    gen = torch.Generator().manual_seed(1)
+    z = torch.randn(rows, 24, generator=gen).relu()
+    alpha = 3 * torch.rand(rows, generator=gen)
+    weights = torch.rand(rows, generator=gen, dtype=torch.float64)
+    x = z.clone().requires_grad_()
+    got = _CompiledBatchPull.apply(x, runs_of(labels), alpha)
+    (weights.float() * got).sum().backward()
+    x64 = z.double().requires_grad_()
+    want = _BatchPull.apply(x64, same_class_pairs(labels), alpha.double())
+    (weights * want).sum().backward()
+    assert x.grad is not None and x64.grad is not None
+    torch.testing.assert_close(got.double(), want.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_class_runs_count_the_same_pairs_as_the_pair_lists() -> None:
+    labels = zipf_labels(200, 30, 0)
+    order, run_start, run_size, _, total = runs_of(labels)
+    rows, _, _ = same_class_pairs(labels)
+    assert total - labels.numel() == rows.numel()  # Σ n² blocks less the diagonal = Σ n(n − 1)
+    sorted_labels = labels.numpy()[order]
+    for p in range(labels.numel()):
+        run = sorted_labels[run_start[p] : run_start[p] + run_size[p]]
+        assert (run == sorted_labels[p]).all()
+
+
+def test_a_crowded_batch_takes_the_gemm_path_with_the_same_values() -> None:
+    """Past a quarter of B² pairs (one class filling the batch) batch_pull hands over to the
+    two-GEMM torch function; both give the same Ω."""
+    labels = torch.zeros(64, dtype=torch.int64)
+    z = torch.randn(64, 8, generator=torch.Generator().manual_seed(2))
+    alpha = torch.full((64,), 4.0)
+    crowded = batch_pull(z, labels, alpha)
+    assert crowded.grad_fn is None or "Compiled" not in type(crowded.grad_fn).__name__
+    direct = _CompiledBatchPull.apply(z, runs_of(labels), alpha)
+    torch.testing.assert_close(crowded, direct, rtol=1e-5, atol=1e-5)
+
+
+def _steps(spec: dict, threads: int) -> list[torch.Tensor]:
+    """Three training steps of a loss (float32, CPU) with ``threads`` numba threads: the loss
+    values, the embedding gradients and the loss's state after each."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        classes, rows = 40, 96
+        counts = torch.arange(classes, 0, -1, dtype=torch.float64) ** 2
+        loss = make_registry().build("losses", spec, "test")
+        loss.setup(counts)
+        gen = torch.Generator().manual_seed(3)
+        out = []
+        for step in range(3):
+            labels = torch.multinomial(counts, rows, replacement=True, generator=gen)
+            z = torch.randn(rows, 16, generator=gen).relu().requires_grad_()
+            logits = torch.randn(rows, classes, generator=gen).requires_grad_()
+            value = loss(full_batch(labels=labels, logits=logits, embeddings=z, epoch=1, step=step))
+            value.backward()
+            assert z.grad is not None
+            out += [value.detach(), z.grad, *(t.clone() for t in loss.state_dict().values())]
+        return out
+    finally:
+        numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "elm"},
+        {"name": "elm", "positives": "memory", "memory_size": 4},
+        {"name": "dro-lt"},
+        {"name": "dro-lt", "temperature": 0.07},
+    ],
+)
+def test_compiled_embedding_losses_do_not_depend_on_the_thread_count(spec) -> None:
+    one = _steps(spec, 1)
+    many = _steps(spec, numba.config.NUMBA_NUM_THREADS)
+    assert all(torch.equal(a, b) for a, b in zip(one, many, strict=True))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.07])
+@pytest.mark.parametrize("positives", ["batch", "memory"])
+def test_compiled_elm_and_dro_lt_follow_their_float64_runs(temperature, positives) -> None:
+    """The float32 run (compiled kernels) and the float64 run (torch) of the same three steps
+    agree to float32 precision, state included."""
+    spec_elm = {"name": "elm", "positives": positives, "memory_size": 4}
+    spec_dro = {"name": "dro-lt", "temperature": temperature}
+    for spec in (spec_elm, spec_dro):
+        classes, rows = 30, 80
+        counts = torch.arange(classes, 0, -1, dtype=torch.float64) ** 2
+        registry = make_registry()
+        single, double = registry.build("losses", spec, "t"), registry.build("losses", spec, "t")
+        single.setup(counts)
+        double.setup(counts)
+        double.double()
+        gen = torch.Generator().manual_seed(4)
+        for step in range(3):
+            labels = torch.multinomial(counts, rows, replacement=True, generator=gen)
+            z = torch.randn(rows, 12, generator=gen).relu()
+            logits = torch.randn(rows, classes, generator=gen)
+            grads = []
+            values = []
+            for loss, dtype in ((single, torch.float32), (double, torch.float64)):
+                x = z.to(dtype).detach().clone().requires_grad_()
+                f = logits.to(dtype).detach().clone().requires_grad_()
+                value = loss(full_batch(labels=labels, logits=f, embeddings=x, epoch=1, step=step))
+                value.backward()
+                values.append(value.double())
+                grads.append(x.grad.double())
+            torch.testing.assert_close(values[0], values[1], rtol=1e-5, atol=1e-6)
+            scale = grads[1].abs().max().clamp_min(1e-3)
+            torch.testing.assert_close(grads[0] / scale, grads[1] / scale, rtol=0, atol=2e-5)
