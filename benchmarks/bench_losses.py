@@ -2,7 +2,7 @@
 
     python benchmarks/bench_losses.py [--rounds 7] [--steps 10] [--batch 512] [--classes 3875]
                                       [--memory-steps 3] [--no-memory] [--only NAME ...]
-                                      [--system-malloc]
+                                      [--system-malloc] [--loss-only]
 
 One full training step as the loop runs it (mlp encoder 512 → 512 → 128, the core's output
 layer built for the loss, forward, loss, backward, row-sparse Adagrad on the layer and Adagrad
@@ -14,7 +14,9 @@ round* (goal: ≤ 1.05) with that ratio's IQR: on a shared machine whose load co
 round's ratio cancels the load of that round, where the ratio of two medians would not. The
 machine's FP32 GEMM GFLOP/s is printed for scale. The timing runs with glibc's malloc set up as
 the ``tailkit`` command sets it for the stages (tailkit/allocator.py: freed blocks reused, not
-faulted in anew; ``--system-malloc`` times glibc's defaults instead).
+faulted in anew; ``--system-malloc`` times glibc's defaults instead). ``--loss-only`` times
+the loss's own forward and backward on fixed logits and embeddings instead of the step: the
+part a loss adds, free of the GEMMs' share of a shared machine's noise.
 
 Peak memory. torch's CPU tensors come from malloc, which tracemalloc does not see and which
 keeps freed blocks for reuse, so neither Python's counters nor a process's RSS alone say what a
@@ -96,6 +98,23 @@ class Case:
         self.opt.step(rows, self.step_no)
         self.step_no += 1
 
+    def loss_step(self) -> float:
+        """The loss alone, forward and backward, on the logits and embeddings of a batch fixed
+        at the first call (``--loss-only``): its seconds, without the copies that make leaves."""
+        if not hasattr(self, "fixed"):
+            with torch.no_grad():
+                self.fixed = [
+                    (self.layer.full(self.encoder(x))[0], self.encoder(x), y)
+                    for x, y in self.batches
+                ]
+        logits, z, y = self.fixed[self.step_no % len(self.fixed)]
+        logits, z = logits.clone().requires_grad_(), z.clone().requires_grad_()
+        t = time.perf_counter()
+        batch = full_batch(labels=y, logits=logits, embeddings=z, epoch=1, step=self.step_no)
+        self.loss(batch).backward()
+        self.step_no += 1
+        return time.perf_counter() - t
+
 
 def zipf_counts(num_classes: int) -> torch.Tensor:
     ranks = torch.arange(1, num_classes + 1, dtype=torch.float64)
@@ -162,6 +181,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="a subset of the loss names")
     parser.add_argument("--memory-steps", type=int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="time only")
+    parser.add_argument(
+        "--loss-only",
+        action="store_true",
+        help="time the loss's forward and backward alone, on fixed logits (no GEMMs, no step)",
+    )
     parser.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # the subprocess
     parser.add_argument(
         "--system-malloc", action="store_true", help="time with glibc's malloc as it comes"
@@ -182,18 +206,23 @@ def main() -> None:
     if "ce" not in names:
         names = ["ce", *names]
     # Memory first, one case at a time, before this process holds every case.
-    memory = {} if args.no_memory else {name: measure_memory(name, args) for name in names}
+    skip_memory = args.no_memory or args.loss_only
+    memory = {} if skip_memory else {name: measure_memory(name, args) for name in names}
     cases = {name: Case(registry, LOSSES[name], args, counts) for name in names}
     for case in cases.values():  # warm-up: allocator, first-call dispatch
         for _ in range(3):
-            case.step()
+            case.loss_step() if args.loss_only else case.step()
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, case in cases.items():
-            t = time.perf_counter()
-            for _ in range(args.steps):
-                case.step()
-            times[name].append((time.perf_counter() - t) / args.steps)
+            if args.loss_only:
+                spent = sum(case.loss_step() for _ in range(args.steps))
+            else:
+                t = time.perf_counter()
+                for _ in range(args.steps):
+                    case.step()
+                spent = time.perf_counter() - t
+            times[name].append(spent / args.steps)
 
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, FP32 GEMM "
@@ -201,6 +230,9 @@ def main() -> None:
         f"{args.rounds} rounds x {args.steps} steps, interleaved, "
         f"malloc {'keeps freed blocks' if tuned else 'as the system has it'}"
     )
+    if args.loss_only:
+        print("the loss alone, forward and backward on fixed logits: 'time / CE' is the loss's")
+        print("time over CE's, and the last column the milliseconds it adds to a step")
     header = f"{'loss':<24}{'median ms':>10}{'IQR ms':>9}{'time / CE':>11}{'IQR':>7}"
     if memory:
         header += f"{'peak MB':>9}{'peak / CE':>11}{'resting MB':>12}"
@@ -217,7 +249,9 @@ def main() -> None:
             line += f"{peak / 2**20:>9.1f}{peak / ce_peak:>11.3f}"
             line += f"{memory[name]['resting'] / 2**20:>12.1f}"
             ratios.append(peak / ce_peak)
-        if name != "ce":
+        if args.loss_only:
+            line += f"{1e3 * (med - statistics.median(times['ce'])):>+9.2f}"
+        elif name != "ce":
             line += "  ok" if max(ratios) <= 1.05 else "  > 1.05"
         print(line)
 

@@ -35,7 +35,12 @@ def _exact_distance(z, i, protos, k):
     return np.float32(math.sqrt(acc))
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract"})
+#: Reductions may be reordered (so the loops over a row vectorise) and assume no NaN (so max
+#: does too); the order is fixed by the compiled code, so the values are still deterministic.
+_FAST = {"contract", "reassoc", "nnan", "nsz"}
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_FAST)
 def dro_forward(
     cross,
     sq_protos,
@@ -87,7 +92,7 @@ def dro_forward(
         losses[k] = -(picked - count * lse[k]) / count if count else 0.0
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract"})
+@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=_FAST)
 def dro_backward(dist, owner, members, starts, radius, inv_t, floor, lse, scale, h, at_positive):
     """``h`` (K, B) float32 = −G/(T·D) (0 where D ≤ ``floor``), and ``at_positive`` (B,) float64
     = G at each sample's own prototype, for an incoming gradient ``scale`` of the mean loss."""
