@@ -1,6 +1,6 @@
-"""The compiled float32 CPU paths of ELM's pull (batch and memory) and DRO-LT's prototype loss
-against the torch paths they replace (run in float64), and their independence of the thread
-count. The losses' own references (numpy loops, worked vectors) are in
+"""The compiled float32 CPU paths of ELM's pull (batch and memory) against the torch paths they
+replace (run in float64), and their independence of the thread count (DRO-LT, whose prototype
+term stays in torch, beside them). The losses' own references (numpy loops, worked vectors) are in
 test_embedding_losses.py, which runs each loss in float32 (these kernels) and float64."""
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def test_compiled_embedding_losses_do_not_depend_on_the_thread_count(spec) -> No
 @pytest.mark.parametrize("temperature", [1.0, 0.07])
 @pytest.mark.parametrize("positives", ["batch", "memory"])
 def test_compiled_elm_and_dro_lt_follow_their_float64_runs(temperature, positives) -> None:
-    """The float32 run (compiled kernels) and the float64 run (torch) of the same three steps
-    agree to float32 precision, state included."""
+    """The float32 run (ELM: compiled kernels) and the float64 run (torch) of the same three
+    steps agree to float32 precision."""
     spec_elm = {"name": "elm", "positives": positives, "memory_size": 4}
     spec_dro = {"name": "dro-lt", "temperature": temperature}
     for spec in (spec_elm, spec_dro):

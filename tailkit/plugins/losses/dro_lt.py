@@ -5,12 +5,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, ClassVar, Literal, overload
 
-import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
-from tailkit.plugins.losses.dro_kernels import dro_backward, dro_forward
 from tailkit.plugins.losses.elm import (
     grow_lazy_buffers,
     squared_distances,
@@ -179,87 +177,6 @@ class _BatchPrototypeDRO(torch.autograd.Function):
         return grad_z, None, None, None, grad_epsilon, None
 
 
-class _CompiledBatchPrototypeDRO(torch.autograd.Function):
-    """:class:`_BatchPrototypeDRO`'s value and gradients for float32 on the CPU: the cross-term
-    GEMM and the final addmm in torch, every (K, B) pass between them in the compiled kernels
-    of :mod:`~tailkit.plugins.losses.dro_kernels`, one pass per prototype row each way."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        z: torch.Tensor,
-        labels: torch.Tensor,
-        prototypes: torch.Tensor,
-        owner: torch.Tensor,
-        epsilon: torch.Tensor,
-        temperature: float,
-    ) -> torch.Tensor:
-        centre = prototypes.mean(dim=0)
-        a, b = prototypes - centre, z - centre
-        cross = (a @ b.t()).contiguous()
-        k_rows = prototypes.shape[0]
-        dist = torch.empty_like(cross)
-        lse = torch.empty(k_rows, dtype=torch.float64)
-        losses = torch.empty(k_rows, dtype=torch.float64)
-        radius = epsilon.detach().to(z.dtype)[labels].to(torch.float64).contiguous()
-        owner = owner.contiguous()
-        members = torch.argsort(owner, stable=True)
-        starts = torch.zeros(k_rows + 1, dtype=torch.int64)
-        torch.cumsum(torch.bincount(owner, minlength=k_rows), 0, out=starts[1:])
-        dro_forward(
-            cross.numpy(),
-            a.square().sum(dim=1).numpy(),
-            b.square().sum(dim=1).numpy(),
-            z.detach().contiguous().numpy(),
-            prototypes.contiguous().numpy(),
-            owner.numpy(),
-            members.numpy(),
-            starts.numpy(),
-            radius.numpy(),
-            1.0 / temperature,
-            np.float32(torch.finfo(torch.float32).tiny),
-            dist.numpy(),
-            lse.numpy(),
-            losses.numpy(),
-        )
-        classes = max(int((starts[1:] > starts[:-1]).sum()), 1)
-        ctx.temperature, ctx.classes = temperature, classes
-        ctx.save_for_backward(
-            z, labels, prototypes, owner, epsilon, dist, lse, members, starts, radius
-        )
-        return (losses.sum() / classes).to(z.dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        z, labels, prototypes, owner, epsilon, dist, lse, members, starts, radius = (
-            ctx.saved_tensors
-        )
-        temperature: float = ctx.temperature
-        h = torch.empty_like(dist)
-        at_positive = torch.zeros(z.shape[0], dtype=torch.float64)
-        dro_backward(
-            dist.numpy(),
-            owner.numpy(),
-            members.numpy(),
-            starts.numpy(),
-            radius.numpy(),
-            1.0 / temperature,
-            _FLOOR_SQRT[torch.float32],
-            lse.numpy(),
-            float(grad) / ctx.classes,
-            h.numpy(),
-            at_positive.numpy(),
-        )
-        grad_epsilon = None
-        if ctx.needs_input_grad[4]:
-            grad_epsilon = torch.zeros_like(epsilon).index_add_(
-                0, labels, (at_positive / -temperature).to(epsilon.dtype)
-            )
-        grad_z = torch.addmm(h.sum(dim=0).unsqueeze(1) * z, h.t(), prototypes, alpha=-1.0)
-        return grad_z, None, None, None, grad_epsilon, None
-
-
 #: sqrt of the floor of the squared distances: a distance at or below it has no gradient.
 _FLOOR_SQRT = {
     dtype: float(torch.tensor(torch.finfo(dtype).tiny, dtype=dtype).sqrt())
@@ -383,9 +300,7 @@ class DROLT(Loss):
         seen = self.seen[classes].unsqueeze(1)
         current = torch.where(seen, self.prototypes[classes].to(z.dtype), means)
         # dro_loss(z, labels, current, classes, ε, T), with the class of each sample known.
-        compiled = z.device.type == "cpu" and z.dtype == torch.float32
-        prototype_loss = _CompiledBatchPrototypeDRO if compiled else _BatchPrototypeDRO
-        dro = prototype_loss.apply(z, labels, current, inverse, self.epsilon, self.temperature)
+        dro = _BatchPrototypeDRO.apply(z, labels, current, inverse, self.epsilon, self.temperature)
         if self.training:
             with torch.no_grad():
                 m = self.prototype_momentum
