@@ -105,9 +105,9 @@ class _CompiledCrossEntropy(torch.autograd.Function):
 
 
 def compiled_path(logits: torch.Tensor) -> bool:
-    """Whether :func:`adjusted_cross_entropy` takes the compiled kernels: float32 (B, C) logits
-    with C ≥ 1 on the CPU. float64 (the reference tests' precision: the kernels' exp is good to
-    2e-8) and CUDA take the torch path."""
+    """Whether :func:`adjusted_cross_entropy` (and the one-vs-all and pull kernels beside it)
+    takes the compiled kernels: float32 (B, C) logits on the CPU. float64 (the reference tests'
+    precision; the kernels' arithmetic is float32, to a few ulps) and CUDA take torch."""
     return logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.ndim == 2
 
 

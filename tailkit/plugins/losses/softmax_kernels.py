@@ -10,8 +10,9 @@ twice while it sits in L2 (its max, then Σ e^(a − max) with the vectorisable 
 :mod:`tailkit.fastmath`) and keeps only the row's log-sum-exp; the backward recomputes
 e^(a − lse) as it writes the gradient. ``benchmarks/bench_losses.py`` measures the step.
 
-With a_ij = f_ij + o_j (+ s_i at j = y_i), everything in float32 as torch would add it, and the
-sums in float64: lse_i = m_i + log Σ_j e^(a_ij − m_i), ℓ_i = lse_i − a_{i y_i},
+With a_ij = f_ij + o_j (+ s_i at j = y_i), everything in float32 as torch would add it, the
+exponentials summed in float32 lanes over blocks of 1,024 columns and the blocks in float64:
+lse_i = m_i + log Σ_j e^(a_ij − m_i), ℓ_i = lse_i − a_{i y_i},
 ∂ℓ_i/∂f_ij = e^(a_ij − lse_i) − [j = y_i]. Each row is reduced by one thread in a fixed order,
 so the values do not depend on the thread count. An entry with a = −∞ (balanced softmax's
 unseen classes) contributes exactly 0 to the sum and to the gradient.
