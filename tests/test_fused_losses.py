@@ -161,6 +161,19 @@ def test_compiled_cross_entropy_does_not_depend_on_the_thread_count() -> None:
     assert torch.equal(one[0], many[0]) and torch.equal(one[1], many[1])
 
 
+def test_compiled_losses_keep_a_nan_row_nan() -> None:
+    """A diverged row must read as diverged: NaN or +inf in float32 logits gives a NaN loss, as
+    torch's functions give, and the other rows are untouched."""
+    x = torch.randn(3, 40, generator=torch.Generator().manual_seed(0))
+    x[1, 7], x[2, 3] = float("nan"), float("inf")
+    labels = torch.tensor([0, 0, 0])
+    got = adjusted_cross_entropy(x, labels)
+    want = F.cross_entropy(x, labels, reduction="none")
+    assert torch.isnan(got[1:]).all() and torch.isnan(want[1:]).all()
+    torch.testing.assert_close(got[0], want[0])
+    assert torch.isnan(binary_row_losses(x, labels, 1.0)[1])
+
+
 def test_compiled_cross_entropy_refuses_a_label_out_of_range() -> None:
     x = torch.zeros(2, 4)
     with pytest.raises(IndexError, match=r"outside \[0, 4\)"):

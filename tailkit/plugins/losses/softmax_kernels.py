@@ -54,16 +54,20 @@ def _row_max(f, o):
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
 def _sum_exp_but(f, o, skip, m):
     """Σ over j ≠ skip of e^(f[j] + o[j] − m) for a float32 m ≥ every f[j] + o[j]; −∞ entries
-    give exactly 0. The skipped column is masked, not split off (see :func:`_row_max`)."""
+    give exactly 0, and a NaN anywhere in the row gives NaN (as torch's log-softmax does, so
+    a diverged step is still seen). The skipped column is masked, not split off (see
+    :func:`_row_max`)."""
     n = f.shape[0]
     total = 0.0
+    probe = _ZERO  # NaN if any entry is: the max and the compare above would drop it silently
     for start in range(0, n, _BLOCK):
         acc = _ZERO
         for j in range(start, min(start + _BLOCK, n)):
             a = m - (f[j] + o[j])
             acc += exp_neg_f32(a) if (a < CLAMP_F32 and j != skip) else _ZERO
+            probe += a
         total += np.float64(acc)
-    return total
+    return np.nan if np.isnan(probe) else total
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
