@@ -1,6 +1,7 @@
 """ResNet-32 on a CIFAR-10-LT-shaped set: images/s and seconds per epoch of the real loop.
 
     python benchmarks/bench_resnet.py [--epochs 200] [--device auto] [--amp bf16|fp16|off]
+                                      [--cuda-graph on|off]
 
 The set has CIFAR-10-LT's shape at imbalance ratio 100 (exp profile: 12,406 uint8 32×32×3
 training images, 5,000 … 50 per class, and a balanced 10,000-image test set), drawn at random
@@ -54,7 +55,7 @@ def run_one(loss_spec: dict, data, args, device: torch.device) -> dict[str, floa
     x_train, y_train, x_test, y_test = data
     torch.manual_seed(0)
     loss = registry.build("losses", loss_spec, "bench").to(device)
-    model_spec = {"name": "resnet32", "amp": args.amp}
+    model_spec = {"name": "resnet32", "amp": args.amp, "cuda_graph": args.cuda_graph == "on"}
     encoder = registry.build("models", model_spec, "bench", 32 * 32 * 3).to(device)
     layer = OutputLayer.for_loss(
         loss, 10, encoder.out_dim, device=device, generator=torch.Generator().manual_seed(0)
@@ -110,6 +111,9 @@ def main() -> None:
     parser.add_argument("--eval-epochs", type=int, default=10, help="validate every n epochs")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--amp", default="bf16", choices=["bf16", "fp16", "off"])
+    parser.add_argument(
+        "--cuda-graph", default="on", choices=["on", "off"], help="replay the encoder (CUDA)"
+    )
     args = parser.parse_args()
     device = resolve_device(args.device)
     if device.type == "cuda":
@@ -123,7 +127,8 @@ def main() -> None:
             f"{spec['name']:>15}: {out['images_per_second']:,.0f} images/s, "
             f"{out['seconds_per_epoch']:.2f} s/epoch over {out['epochs']:.2f} epochs, "
             f"last validation accuracy {100 * out['val_accuracy']:.2f} % "
-            f"(balanced {100 * out['val_balanced_accuracy']:.2f} %), amp {args.amp}"
+            f"(balanced {100 * out['val_balanced_accuracy']:.2f} %), amp {args.amp}, "
+            f"cuda graph {args.cuda_graph}"
         )
 
 

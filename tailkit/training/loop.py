@@ -42,6 +42,7 @@ from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.labels import LabelSets
 from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
+from tailkit.training.cuda_graph import GraphedEncoder, wants_graphs
 from tailkit.training.optim import RowSparseOptimizer
 from tailkit.training.output_layer import OutputLayer, Rows
 from tailkit.training.row_sampling import RowSampler
@@ -314,6 +315,8 @@ def train(
             world=world,
         )
 
+    if not world.sharded and wants_graphs(encoder, device):
+        forward = GraphedEncoder(encoder, _graph_samples(x_train, cfg, transform, device))
     # Each epoch's rows are a function of (seed, epoch): a resumed run rebuilds the
     # interrupted epoch's order without having saved it.
     rows_of = RowSampler(cfg.row_sampling, y_train, layer.total_classes, cfg.epochs)
@@ -432,6 +435,25 @@ def _batch_inputs(
         return whole.tensor_split(world.size)[world.rank], whole
     mine = idx.tensor_split(world.size)[world.rank]
     return x_train.index_select(0, mine).to(device, non_blocking=True), whole
+
+
+def _graph_samples(
+    x_train: torch.Tensor,
+    cfg: LoopConfig,
+    transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """An encoder input of each batch shape an epoch holds (the batch, the last shorter one),
+    transformed as training batches are, with a generator of their own: capture (cuda_graph.py)
+    records shapes and kernels, and must not draw from the run's augmentation stream."""
+    n = x_train.shape[0]
+    sizes = {min(cfg.batch_size, n), n % cfg.batch_size} - {0}
+    generator = torch.Generator(device=device).manual_seed(0)
+    samples = []
+    for size in sorted(sizes, reverse=True):
+        x = x_train[:size].to(device)
+        samples.append(transform(x, generator) if transform is not None else x)
+    return samples
 
 
 def _check_shardable(cfg: LoopConfig, loss: Loss, sampler: Sampler | None) -> None:
