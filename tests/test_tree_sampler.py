@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -277,6 +278,24 @@ def test_every_label_gets_its_own_leaf_and_unseen_labels_work() -> None:
     assert np.unique(tree.leaf_of_label).size == 21
     assert np.array_equal(tree.label_of_leaf[tree.leaf_of_label], np.arange(21))
     assert (tree.label_of_leaf == -1).sum() == 32 - 21
+
+
+def test_the_fit_does_not_depend_on_the_thread_count() -> None:
+    """Nodes of a level run on a thread pool in batches; each is fitted by one thread alone."""
+    x, y = clustered(300, 9000, 8, seed=3, spread=1.0)
+    features = WhitenedPCA(8).fit(x.numpy()).transform(x.numpy())
+    before = numba.get_num_threads()
+    try:
+        fits = []
+        for threads in (1, numba.config.NUMBA_NUM_THREADS):
+            numba.set_num_threads(threads)
+            fits.append(fit_tree(features, y.numpy(), 300))
+    finally:
+        numba.set_num_threads(before)
+    one, many = fits
+    assert one.stats["newton_steps"] == many.stats["newton_steps"] > 0
+    for table in ("weight", "bias", "leaf_of_label", "label_of_leaf"):
+        assert np.array_equal(getattr(one, table), getattr(many, table)), table
 
 
 def test_one_label_and_two_labels() -> None:

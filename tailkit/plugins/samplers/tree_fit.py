@@ -32,13 +32,16 @@ goes level by level; at each node, on the data points whose label lies under it:
    b = +1000, so σ = 1 routes right and the padding leaves on the left get p_n = 0 in float.
 
 Points are physically regrouped by node at each level (a counting sort), so each node's data
-is a contiguous slice and the nodes of one level are fitted in parallel (``prange``).
+is a contiguous slice and the nodes of one level are fitted in parallel (on threads: the compiled
+node fit releases the GIL).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numba
@@ -414,41 +417,81 @@ def _group_by(keys, num_keys):
     return order, start
 
 
-@numba.njit(parallel=True, cache=True)
-def _fit_level(x, labels, label_node, level, depth, reg, rule, max_rounds, max_iter, w, b):
+def _fit_level(
+    pool, threads, x, labels, label_node, level, depth, reg, rule, max_rounds, max_iter, w, b
+):
     """Fit the 2^level nodes of one level; moves each label to its child in ``label_node``.
 
-    ``reg`` (2^level,) is λ_n per node.
+    ``reg`` (2^level,) is λ_n per node. The nodes run on ``pool``'s threads in batches (the
+    compiled fit releases the GIL), each batch a contiguous range of nodes, several per thread
+    so that large and small nodes even out. Threads rather than a numba ``prange``: a parallel
+    numba function compiles its whole call tree a second time (another 21 s on the 2-core dev
+    VM, paid by every fresh install and after every edit of this module), and the nodes of a
+    level are independent, so the result does not depend on the thread count.
     """
     first = 1 << level
     count = first
     leaves = 1 << (depth - level)
-    k = x.shape[1]
     point_order, point_start = _group_by(label_node[labels] - first, count)
     label_order, label_start = _group_by(label_node - first, count)
     local = np.empty(label_node.shape[0], dtype=np.int64)
     rounds = np.zeros(count, dtype=np.int64)
     steps = np.zeros(count, dtype=np.int64)
-    for j in numba.prange(count):
-        node = first + j
-        mine = label_order[label_start[j] : label_start[j + 1]]
-        for r in range(mine.shape[0]):
-            local[mine[r]] = r
-        pts = point_order[point_start[j] : point_start[j + 1]]
-        xs = np.empty((pts.shape[0], k), dtype=x.dtype)
-        ls = np.empty(pts.shape[0], dtype=np.int64)
-        for r in range(pts.shape[0]):
-            xs[r] = x[pts[r]]
-            ls[r] = local[labels[pts[r]]]
-        theta = np.empty(k + 1)
-        side = np.zeros(mine.shape[0], dtype=np.int64)
-        rounds[j], steps[j] = _fit_node(
-            xs, ls, mine.shape[0], leaves, reg[j], rule, max_rounds, max_iter, theta, side
-        )
-        w[node - 1] = theta[:k]
-        b[node - 1] = theta[k]
-        for r in range(mine.shape[0]):
-            label_node[mine[r]] = 2 * node + side[r]
+    batch = max(1, count // (8 * threads))
+    edges = [*range(0, count, batch), count]
+
+    def fit_batch(bounds: tuple[int, int]) -> None:
+        _fit_nodes(
+            bounds[0], bounds[1], first, leaves, x, labels, label_node, point_order,
+            point_start, label_order, label_start, local, reg, rule, max_rounds, max_iter, w, b,
+            rounds, steps,
+        )  # fmt: skip
+
+    list(pool.map(fit_batch, itertools.pairwise(edges)))
+    return rounds, steps
+
+
+@numba.njit(cache=True, nogil=True)
+def _fit_nodes(
+    start, stop, first, leaves, x, labels, label_node, point_order, point_start, label_order,
+    label_start, local, reg, rule, max_rounds, max_iter, w, b, rounds, steps,
+):  # fmt: skip
+    """Nodes ``first + start`` … ``first + stop − 1`` of a level, one after the other."""
+    for j in range(start, stop):
+        rounds[j], steps[j] = _fit_nth_node(
+            j, first, leaves, x, labels, label_node, point_order, point_start, label_order,
+            label_start, local, reg[j], rule, max_rounds, max_iter, w, b,
+        )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def _fit_nth_node(
+    j, first, leaves, x, labels, label_node, point_order, point_start, label_order, label_start,
+    local, reg, rule, max_rounds, max_iter, w, b,
+):  # fmt: skip
+    """Fit node ``first + j`` of a level on its points (gathered contiguous) and move its labels
+    to their children in ``label_node``; returns (rounds, Newton steps). Nodes of a level touch
+    disjoint labels, points and rows of ``w``/``b``, so they run in parallel."""
+    k = x.shape[1]
+    node = first + j
+    mine = label_order[label_start[j] : label_start[j + 1]]
+    for r in range(mine.shape[0]):
+        local[mine[r]] = r
+    pts = point_order[point_start[j] : point_start[j + 1]]
+    xs = np.empty((pts.shape[0], k), dtype=x.dtype)
+    ls = np.empty(pts.shape[0], dtype=np.int64)
+    for r in range(pts.shape[0]):
+        xs[r] = x[pts[r]]
+        ls[r] = local[labels[pts[r]]]
+    theta = np.empty(k + 1)
+    side = np.zeros(mine.shape[0], dtype=np.int64)
+    rounds, steps = _fit_node(
+        xs, ls, mine.shape[0], leaves, reg, rule, max_rounds, max_iter, theta, side
+    )
+    w[node - 1] = theta[:k]
+    b[node - 1] = theta[k]
+    for r in range(mine.shape[0]):
+        label_node[mine[r]] = 2 * node + side[r]
     return rounds, steps
 
 
@@ -482,16 +525,18 @@ def fit_tree(
     b = np.zeros((1 << depth) - 1)
     label_node = np.ones(num_classes, dtype=np.int64)
     rounds_total, steps_total, start = 0, 0, time.perf_counter()
-    for level in range(depth):
-        lam = np.full(1 << level, float(reg))
-        if frequency_reg:
-            lam *= np.maximum(np.bincount(label_node - (1 << level), minlength=1 << level), 1)
-        rounds, steps = _fit_level(
-            x, y, label_node, level, depth, lam, SPLIT_RULES[split_rule], max_rounds,
-            max_newton, w, b,
-        )  # fmt: skip
-        rounds_total += int(rounds.sum())
-        steps_total += int(steps.sum())
+    threads = numba.get_num_threads()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for level in range(depth):
+            lam = np.full(1 << level, float(reg))
+            if frequency_reg:
+                lam *= np.maximum(np.bincount(label_node - (1 << level), minlength=1 << level), 1)
+            rounds, steps = _fit_level(
+                pool, threads, x, y, label_node, level, depth, lam, SPLIT_RULES[split_rule], max_rounds,
+                max_newton, w, b,
+            )  # fmt: skip
+            rounds_total += int(rounds.sum())
+            steps_total += int(steps.sum())
     leaf_of_label = label_node - (1 << depth)
     label_of_leaf = np.full(1 << depth, -1, dtype=np.int64)
     label_of_leaf[leaf_of_label] = np.arange(num_classes)
