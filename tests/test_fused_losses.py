@@ -179,10 +179,13 @@ def test_compiled_losses_keep_a_nan_row_nan() -> None:
     assert torch.isnan(binary_row_losses(x, labels, 1.0)[1])
 
 
-def test_compiled_cross_entropy_refuses_a_label_out_of_range() -> None:
+@pytest.mark.parametrize("bad", [4, -1])
+def test_compiled_kernels_refuse_a_label_out_of_range(bad) -> None:
     x = torch.zeros(2, 4)
-    with pytest.raises(IndexError, match=r"outside \[0, 4\)"):
-        adjusted_cross_entropy(x, torch.tensor([0, 4]))
+    with pytest.raises(IndexError, match=r"^cross-entropy: a label is outside \[0, 4\)$"):
+        adjusted_cross_entropy(x, torch.tensor([0, bad]))
+    with pytest.raises(IndexError, match=r"^one-vs-all loss: a label is outside \[0, 4\)$"):
+        binary_row_losses(x, torch.tensor([bad, 0]), 1.0)
 
 
 @pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0, 2.0])

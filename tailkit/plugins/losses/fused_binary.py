@@ -29,7 +29,7 @@ from tailkit.plugins.losses.binary_kernels import (
     binary_forward_with_slopes,
     kernel_mode,
 )
-from tailkit.plugins.losses.fused_softmax import compiled_path
+from tailkit.plugins.losses.fused_softmax import check_label_range, compiled_path
 
 
 def _positive_terms(z_y: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,10 +156,7 @@ def binary_row_losses(logits: torch.Tensor, labels: torch.Tensor, gamma: float) 
     focal modulator M = (1 − p_t)^γ (γ = 0: the sigmoid loss, M ≡ 1). Same values and gradient
     as the elementwise autograd formula; see the module docstring for the terms."""
     if compiled_path(logits):
-        width = logits.shape[1]
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= width):
-            # the kernels index without bounds checks; torch's gather would raise the same way
-            raise IndexError(f"one-vs-all loss: a label is outside [0, {width})")
+        check_label_range(labels, logits.shape[1], "one-vs-all loss")
         compiled: torch.Tensor = _CompiledBinaryRowLosses.apply(
             logits.contiguous(), labels.long().contiguous(), float(gamma)
         )

@@ -111,6 +111,13 @@ def compiled_path(logits: torch.Tensor) -> bool:
     return logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.ndim == 2
 
 
+def check_label_range(labels: torch.Tensor, width: int, loss: str) -> None:
+    """A one-line IndexError for a label outside [0, width): the compiled kernels index without
+    bounds checks, where torch's gather would raise the same way."""
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= width):
+        raise IndexError(f"{loss}: a label is outside [0, {width})")
+
+
 def _compiled_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -118,9 +125,7 @@ def _compiled_cross_entropy(
     target_shift: torch.Tensor | None,
 ) -> torch.Tensor:
     rows, width = logits.shape
-    if rows and (int(labels.min()) < 0 or int(labels.max()) >= width):
-        # the kernels index without bounds checks; torch's gather would raise the same way
-        raise IndexError(f"cross-entropy: a label is outside [0, {width})")
+    check_label_range(labels, width, "cross-entropy")
     offsets = (
         logits.new_zeros(width)
         if offsets is None
