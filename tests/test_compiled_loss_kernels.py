@@ -1,7 +1,8 @@
-"""The compiled float32 CPU paths of ELM's pull (batch and memory) against the torch paths they
-replace (run in float64), and their independence of the thread count (DRO-LT, whose prototype
-term stays in torch, beside them). The losses' own references (numpy loops, worked vectors) are in
-test_embedding_losses.py, which runs each loss in float32 (these kernels) and float64."""
+"""The compiled float32 CPU paths of ELM's pull (batch and memory) and of the multilabel
+cross-entropy against the torch paths they replace (run in float64), and their independence of
+the thread count (DRO-LT, whose prototype term stays in torch, beside them). The losses' own
+references (numpy loops, worked vectors) are in test_embedding_losses.py and
+test_multilabel_losses.py, which run each loss in float32 (these kernels) and float64."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from tailkit.plugins.losses.elm import _BatchPull, _CompiledBatchPull, batch_pull, same_class_pairs
+from tailkit.plugins.losses.multilabel import compiled_masked_lse
 from tailkit.plugins.losses.pull_kernels import class_runs
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
@@ -141,3 +143,77 @@ def test_compiled_elm_and_dro_lt_follow_their_float64_runs(temperature, positive
             torch.testing.assert_close(values[0], values[1], rtol=1e-5, atol=1e-6)
             scale = grads[1].abs().max().clamp_min(1e-3)
             torch.testing.assert_close(grads[0] / scale, grads[1] / scale, rtol=0, atol=2e-5)
+
+
+# --- Su's multilabel cross-entropy ------------------------------------------------------------
+
+
+def _multilabel_case(seed: int, rows: int = 40, classes: int = 300, width: int = 6):
+    """Scores with a few −∞ entries, and padded positive lists with an empty row and a positive
+    whose score is −∞ (a label the row's shard does not hold)."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = 4 * torch.randn(rows, classes, generator=gen)
+    scores[3, :7] = -torch.inf
+    ids = torch.stack([torch.randperm(classes, generator=gen)[:width] for _ in range(rows)])
+    ids[torch.rand(rows, width, generator=gen) < 0.4] = -1
+    ids[0] = -1  # no positive
+    ids[3, 0] = 2  # a positive at −∞
+    scores[2, ids[2].clamp(min=0)] += 30.0  # positives far above the negatives
+    return scores, ids
+
+
+@pytest.mark.parametrize("threshold", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_compiled_multilabel_ce_equals_the_torch_path(threshold, seed) -> None:
+    scores, ids = _multilabel_case(seed)
+    spec = {"name": "multilabel-ce", "threshold": threshold, "reduction": "sum"}
+    loss = make_registry().build("losses", spec, "t")
+    got_x = scores.clone().requires_grad_()
+    got = loss(full_batch(labels=ids, logits=got_x))
+    got.backward()
+    want_x = scores.double().requires_grad_()  # float64: the torch path
+    want = loss(full_batch(labels=ids, logits=want_x))
+    want.backward()
+    assert got_x.grad is not None and want_x.grad is not None
+    torch.testing.assert_close(got.double(), want.detach(), rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(got_x.grad.double(), want_x.grad, rtol=1e-5, atol=1e-7)
+    assert (got_x.grad[3, 2:7] == 0).all()  # −∞ scores: exactly no gradient
+    # a row without positives: the threshold class still pushes its negatives down; without
+    # it, log(1 + Σ_N e^s · Σ_P e^(−s)) is log 1 with no gradient
+    assert bool((got_x.grad[0] != 0).any()) == threshold
+
+
+def test_compiled_masked_lse_of_single_labels_and_empty_sums() -> None:
+    scores = torch.tensor([[0.0, 1.0, 2.0], [-torch.inf, -torch.inf, 3.0], [1.0, 1.0, 1.0]])
+    ids = torch.tensor([[1], [2], [-1]])
+    log_neg, log_pos = compiled_masked_lse(scores, ids)
+    want_neg = torch.tensor([np.logaddexp(0.0, 2.0), -np.inf, 1.0 + np.log(3.0)])
+    torch.testing.assert_close(log_neg.double(), want_neg.double())
+    torch.testing.assert_close(log_pos.double(), torch.tensor([-1.0, -3.0, -np.inf]).double())
+
+
+def test_compiled_multilabel_ce_keeps_a_diverged_row_nan() -> None:
+    scores, ids = _multilabel_case(0, rows=4, classes=50)
+    scores[1, 9] = float("nan")
+    log_neg, _ = compiled_masked_lse(scores, ids)
+    assert torch.isnan(log_neg[1]) and torch.isfinite(log_neg[[0, 2, 3]]).all()
+    loss = make_registry().build("losses", {"name": "multilabel-ce"}, "t")
+    assert torch.isnan(loss(full_batch(labels=ids, logits=scores)))
+
+
+def test_compiled_multilabel_ce_does_not_depend_on_the_thread_count() -> None:
+    scores, ids = _multilabel_case(2, rows=64, classes=5000)
+    loss = make_registry().build("losses", {"name": "multilabel-ce"}, "t")
+    before = numba.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, numba.config.NUMBA_NUM_THREADS):
+            numba.set_num_threads(threads)
+            x = scores.clone().requires_grad_()
+            value = loss(full_batch(labels=ids, logits=x))
+            value.backward()
+            outs.append((value.detach(), x.grad))
+    finally:
+        numba.set_num_threads(before)
+    (v1, g1), (v2, g2) = outs
+    assert torch.equal(v1, v2) and torch.equal(g1, g2)

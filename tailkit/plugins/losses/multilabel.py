@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
+from tailkit.plugins.losses.fused_softmax import compiled_path
+from tailkit.plugins.losses.multilabel_kernels import masked_lse_backward, masked_lse_forward
 
 _NEG_INF = float("-inf")
 
@@ -64,6 +68,44 @@ def _lse_excluding_each(s: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ input checks
+
+
+class _CompiledMaskedLSE(torch.autograd.Function):
+    """(log Σ_{j ∉ P} e^(s_j), log Σ_{p ∈ P} e^(−s_p)) per row, from the compiled kernels of
+    :mod:`tailkit.plugins.losses.multilabel_kernels`: what :meth:`MultilabelCE._sparse`'s
+    torch path computes with a (B, C) mask and two logsumexps."""
+
+    @staticmethod
+    def forward(ctx: Any, scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows = scores.shape[0]
+        log_neg, log_pos = np.empty(rows), np.empty(rows)
+        masked_lse_forward(scores.numpy(), ids.numpy(), log_neg, log_pos)
+        neg, pos = torch.from_numpy(log_neg), torch.from_numpy(log_pos)
+        ctx.save_for_backward(scores, ids, neg, pos)
+        return neg.to(scores.dtype), pos.to(scores.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, grad_neg: torch.Tensor, grad_pos: torch.Tensor
+    ) -> tuple[torch.Tensor, None]:
+        scores, ids, neg, pos = ctx.saved_tensors
+        out = torch.empty_like(scores)
+        masked_lse_backward(
+            scores.numpy(), ids.numpy(), neg.numpy(), pos.numpy(),
+            grad_neg.double().contiguous().numpy(), grad_pos.double().contiguous().numpy(),
+            out.numpy(),
+        )  # fmt: skip
+        return out, None
+
+
+def compiled_masked_lse(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """:class:`_CompiledMaskedLSE` on float32 CPU scores (B, C) and positive ids (B, P), padding
+    any negative id."""
+    out: tuple[torch.Tensor, ...] = _CompiledMaskedLSE.apply(
+        scores.contiguous(), ids.long().contiguous()
+    )
+    return out
 
 
 def _scores(owner: str, s: torch.Tensor) -> torch.Tensor:
@@ -201,6 +243,8 @@ class MultilabelCE(Loss):
             # log(1 + Σ_{i≠y} e^{s_i − s_y}) = LSE(s) − s_y: no subtraction of masses needed.
             s_y = torch.where(present, s_pos, 0.0).squeeze(1)
             return torch.where(present.squeeze(1), _lse(s, dim=1) - s_y, 0.0)
+        if compiled_path(s):  # (the gather above has checked the ids against C)
+            return self._combine(*compiled_masked_lse(s, ids))
         log_pos = _lse(torch.where(present, -s_pos, _NEG_INF), dim=1)
         # Every write stores True, so repeated padding slots cannot race (a scatter of the
         # mask values would let a padding slot's False overwrite a real positive at id 0).
