@@ -67,7 +67,7 @@ def _lse_excluding_each(s: torch.Tensor) -> torch.Tensor:
     return torch.logaddexp(before, after)
 
 
-# ------------------------------------------------------------------ input checks
+# ------------------------------------------------------------------ compiled log-sum-exps
 
 
 class _CompiledMaskedLSE(torch.autograd.Function):
@@ -106,6 +106,9 @@ def compiled_masked_lse(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.
         scores.contiguous(), ids.long().contiguous()
     )
     return out
+
+
+# ------------------------------------------------------------------ input checks
 
 
 def _scores(owner: str, s: torch.Tensor) -> torch.Tensor:
