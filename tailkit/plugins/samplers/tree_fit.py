@@ -456,43 +456,31 @@ def _fit_nodes(
     start, stop, first, leaves, x, labels, label_node, point_order, point_start, label_order,
     label_start, local, reg, rule, max_rounds, max_iter, w, b, rounds, steps,
 ):  # fmt: skip
-    """Nodes ``first + start`` … ``first + stop − 1`` of a level, one after the other."""
-    for j in range(start, stop):
-        rounds[j], steps[j] = _fit_nth_node(
-            j, first, leaves, x, labels, label_node, point_order, point_start, label_order,
-            label_start, local, reg[j], rule, max_rounds, max_iter, w, b,
-        )  # fmt: skip
-
-
-@numba.njit(cache=True, nogil=True)
-def _fit_nth_node(
-    j, first, leaves, x, labels, label_node, point_order, point_start, label_order, label_start,
-    local, reg, rule, max_rounds, max_iter, w, b,
-):  # fmt: skip
-    """Fit node ``first + j`` of a level on its points (gathered contiguous) and move its labels
-    to their children in ``label_node``; returns (rounds, Newton steps). Nodes of a level touch
-    disjoint labels, points and rows of ``w``/``b``, so they run in parallel."""
+    """Fit nodes ``first + start`` … ``first + stop − 1`` of a level, one after the other, each
+    on its points (gathered contiguous), and move their labels to their children in
+    ``label_node``. Nodes of a level touch disjoint labels, points and rows of ``w``/``b``, so
+    batches of them run in parallel."""
     k = x.shape[1]
-    node = first + j
-    mine = label_order[label_start[j] : label_start[j + 1]]
-    for r in range(mine.shape[0]):
-        local[mine[r]] = r
-    pts = point_order[point_start[j] : point_start[j + 1]]
-    xs = np.empty((pts.shape[0], k), dtype=x.dtype)
-    ls = np.empty(pts.shape[0], dtype=np.int64)
-    for r in range(pts.shape[0]):
-        xs[r] = x[pts[r]]
-        ls[r] = local[labels[pts[r]]]
-    theta = np.empty(k + 1)
-    side = np.zeros(mine.shape[0], dtype=np.int64)
-    rounds, steps = _fit_node(
-        xs, ls, mine.shape[0], leaves, reg, rule, max_rounds, max_iter, theta, side
-    )
-    w[node - 1] = theta[:k]
-    b[node - 1] = theta[k]
-    for r in range(mine.shape[0]):
-        label_node[mine[r]] = 2 * node + side[r]
-    return rounds, steps
+    for j in range(start, stop):
+        node = first + j
+        mine = label_order[label_start[j] : label_start[j + 1]]
+        for r in range(mine.shape[0]):
+            local[mine[r]] = r
+        pts = point_order[point_start[j] : point_start[j + 1]]
+        xs = np.empty((pts.shape[0], k), dtype=x.dtype)
+        ls = np.empty(pts.shape[0], dtype=np.int64)
+        for r in range(pts.shape[0]):
+            xs[r] = x[pts[r]]
+            ls[r] = local[labels[pts[r]]]
+        theta = np.empty(k + 1)
+        side = np.zeros(mine.shape[0], dtype=np.int64)
+        rounds[j], steps[j] = _fit_node(
+            xs, ls, mine.shape[0], leaves, reg[j], rule, max_rounds, max_iter, theta, side
+        )
+        w[node - 1] = theta[:k]
+        b[node - 1] = theta[k]
+        for r in range(mine.shape[0]):
+            label_node[mine[r]] = 2 * node + side[r]
 
 
 def fit_tree(
@@ -532,8 +520,8 @@ def fit_tree(
             if frequency_reg:
                 lam *= np.maximum(np.bincount(label_node - (1 << level), minlength=1 << level), 1)
             rounds, steps = _fit_level(
-                pool, threads, x, y, label_node, level, depth, lam, SPLIT_RULES[split_rule], max_rounds,
-                max_newton, w, b,
+                pool, threads, x, y, label_node, level, depth, lam, SPLIT_RULES[split_rule],
+                max_rounds, max_newton, w, b,
             )  # fmt: skip
             rounds_total += int(rounds.sum())
             steps_total += int(steps.sum())
