@@ -246,7 +246,7 @@ class MultilabelCE(Loss):
             # log(1 + Σ_{i≠y} e^{s_i − s_y}) = LSE(s) − s_y: no subtraction of masses needed.
             s_y = torch.where(present, s_pos, 0.0).squeeze(1)
             return torch.where(present.squeeze(1), _lse(s, dim=1) - s_y, 0.0)
-        if compiled_path(s):  # (the gather above has checked the ids against C)
+        if compiled_path(s):  # the kernels trust the ids: _label_ids has checked them
             return self._combine(*compiled_masked_lse(s, ids))
         log_pos = _lse(torch.where(present, -s_pos, _NEG_INF), dim=1)
         # Every write stores True, so repeated padding slots cannot race (a scatter of the

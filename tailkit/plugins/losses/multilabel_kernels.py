@@ -10,7 +10,8 @@ per-row offset of −∞, with the cross-entropy kernel's row passes) and keeps 
 log-sum-exps of the row; the backward writes the gradient in one pass.
 
 With ln_i = log Σ_{j ∉ P_i} e^(s_ij) and lp_i = log Σ_{p ∈ P_i, s_ip > −∞} e^(−s_ip) (a row's
-list is padded with negative ids; the loss refuses repeats before it gets here), ∂ln_i/∂s_ij = e^(s_ij − ln_i) for a negative j and ∂lp_i/∂s_ip = −e^(−s_ip − lp_i).
+list is padded with negative ids; the loss refuses repeats before it gets here),
+∂ln_i/∂s_ij = e^(s_ij − ln_i) for a negative j and ∂lp_i/∂s_ip = −e^(−s_ip − lp_i).
 An empty sum is −∞ with a zero gradient. The negatives' exponentials are summed in float32 lanes
 over blocks of 1,024 columns and the blocks in float64; each row is reduced by one thread in a
 fixed order, so the values do not depend on the thread count.
