@@ -43,8 +43,7 @@ def restore(
     state, info = load_model(
         params.model_dir(layout, experiment), params.train_stage(experiment), device
     )
-    encoder = build_model(params, experiment, registry, info["in_dim"])
-    encoder.load_state_dict(state["encoder"])
+    encoder = _restored_encoder(params, registry, experiment, info["in_dim"], state["encoder"])
     encoder, loss = encoder.to(device), loss.to(device)
     counts = np.asarray(meta["train_counts"])
     loss.setup(torch.as_tensor(counts, dtype=torch.float64, device=device))
@@ -54,6 +53,33 @@ def restore(
     sampler = load_sampler(registry, params, info["settings"]["sampler"], layout, device)
     ctx = PredictionContext(log_prior=log_prior_from_counts(counts).to(device), sampler=sampler)
     return Trained(encoder, layer, loss, ctx, info, meta)
+
+
+def _restored_encoder(
+    params: Params, registry: Registry, experiment: str, in_dim: int, state: dict[str, Any]
+) -> Encoder:
+    """The experiment's encoder holding the saved ``state``, built without initialising it.
+
+    Drawing the initial weights only to overwrite them is most of a restore for a large
+    model: GeoNames' 830,909 × 128 input table took 1.4 s of normal draws against a 5 s
+    evaluate. So the encoder is built on the meta device (no storage, no draws) and takes the
+    saved tensors as its own. An encoder that computes a tensor at construction which its
+    state dict does not hold (a non-persistent buffer) would be left without it, and one
+    whose construction needs real values (``.item()``, an op without a meta kernel) cannot be
+    built there: those are built and initialised as usual, then loaded.
+    """
+    try:
+        with torch.device("meta"):
+            encoder = build_model(params, experiment, registry, in_dim)
+        encoder.load_state_dict(state, assign=True)
+    except (NotImplementedError, RuntimeError):
+        pass
+    else:
+        if not any(t.is_meta for t in (*encoder.parameters(), *encoder.buffers())):
+            return encoder
+    encoder = build_model(params, experiment, registry, in_dim)
+    encoder.load_state_dict(state)
+    return encoder
 
 
 def restore_learner(
