@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 from tailkit.artifacts import load_learner, load_model, load_sampler
 from tailkit.components import Encoder, Learner, Loss, PredictionContext
@@ -55,6 +56,40 @@ def restore(
     return Trained(encoder, layer, loss, ctx, info, meta)
 
 
+class _MetaFills(TorchFunctionMode):
+    """In-place random fills of a meta tensor as the no-ops they are (it has no values):
+    the tensor methods and the ``torch.nn.init`` functions, which dispatch as themselves
+    first (the mode is off while it handles a call, so their inner ``normal_`` is not seen).
+
+    torch has no meta kernel for ``normal_``: it falls back to a Python decomposition whose
+    first call imports torch._dynamo, 2.3 s, more than the draws it spares.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FILLS or getattr(func, "__module__", None) == "torch.nn.init":
+            # the init functions dispatch with their tensor as a keyword
+            target = args[0] if args else kwargs.get("tensor")
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+_FILLS = frozenset(
+    getattr(torch.Tensor, name)
+    for name in (
+        "normal_",
+        "uniform_",
+        "bernoulli_",
+        "exponential_",
+        "log_normal_",
+        "cauchy_",
+        "geometric_",
+        "random_",
+    )
+)
+
+
 def _restored_encoder(
     params: Params, registry: Registry, experiment: str, in_dim: int, state: dict[str, Any]
 ) -> Encoder:
@@ -62,14 +97,14 @@ def _restored_encoder(
 
     Drawing the initial weights only to overwrite them is most of a restore for a large
     model: GeoNames' 830,909 × 128 input table took 1.4 s of normal draws against a 5 s
-    evaluate. So the encoder is built on the meta device (no storage, no draws) and takes the
-    saved tensors as its own. An encoder that computes a tensor at construction which its
+    evaluate. So the encoder is built on the meta device (no storage, no draws; random fills
+    are no-ops, :class:`_MetaFills`) and takes the saved tensors as its own. An encoder that computes a tensor at construction which its
     state dict does not hold (a non-persistent buffer) would be left without it, and one
     whose construction needs real values (``.item()``, an op without a meta kernel) cannot be
     built there: those are built and initialised as usual, then loaded.
     """
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _MetaFills():
             encoder = build_model(params, experiment, registry, in_dim)
         encoder.load_state_dict(state, assign=True)
     except (NotImplementedError, RuntimeError):

@@ -105,3 +105,16 @@ def test_an_encoder_that_needs_values_to_be_built_is_built_and_loaded_as_usual()
     restored = _restored_encoder(params, REGISTRY, "x", 4, state)
     assert torch.equal(restored.weight, saved.weight)
     assert not restored.weight.is_meta
+
+
+def test_a_sparse_input_table_is_restored_without_its_normal_draws() -> None:
+    # sparse-linear fills its table with normal_, which has no meta kernel of its own
+    params = _params({"name": "sparse-linear", "dim": 4})
+    torch.manual_seed(1)
+    saved = REGISTRY.build("models", params.experiment("x").model, "model", 50)
+    state = {k: v.clone() for k, v in saved.state_dict().items()}
+    before = torch.get_rng_state()
+    restored = _restored_encoder(params, REGISTRY, "x", 50, state)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(restored.embed.weight, saved.embed.weight)
+    assert restored.embed.sparse == saved.embed.sparse
