@@ -10,6 +10,7 @@ from sklearn.metrics import balanced_accuracy_score
 from tailkit.components import Loss, PredictionContext, Sampler
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, pick_rows
 from tailkit.evaluation.metrics import (
+    CDF_POINTS,
     classification_metrics,
     expected_calibration_error,
     margin_summary,
@@ -19,6 +20,7 @@ from tailkit.evaluation.metrics import (
 from tailkit.evaluation.per_class import group_of
 from tailkit.evaluation.plots import margin_cdf_figure, read_cdf
 from tailkit.evaluation.predict import predict
+from tailkit.evaluation.results import write_margin_cdfs
 from tailkit.evaluation.topk import chunk_topk, chunked_topk, merge_topk
 from tailkit.groups import GroupThresholds
 from tailkit.plugins.models.linear import Linear
@@ -232,6 +234,26 @@ def test_margin_cdf_figure_reads_the_evaluate_files(tmp_path):
     (tmp_path / "bad.tsv").write_text("x\ty\n")
     with pytest.raises(ValueError, match=r"bad\.tsv"):
         read_cdf(tmp_path / "bad.tsv")
+
+
+def test_every_group_has_a_margin_file_so_a_clone_keeps_the_plot_folder(tmp_path):
+    # git keeps no empty folder: a model without margins (a peer tool) must still leave files
+    write_margin_cdfs(tmp_path / "peer", {})
+    assert sorted(p.name for p in (tmp_path / "peer").iterdir()) == [
+        "margins-few.tsv",
+        "margins-many.tsv",
+        "margins-medium.tsv",
+    ]
+    assert read_cdf(tmp_path / "peer" / "margins-few.tsv") == ([], [])
+    write_margin_cdfs(tmp_path / "model", {"many": np.linspace(-1.0, 2.0, len(CDF_POINTS))})
+    margins, cdf = read_cdf(tmp_path / "model" / "margins-many.tsv")
+    assert len(margins) == len(CDF_POINTS) and cdf == [float(f"{q:.2f}") for q in CDF_POINTS]
+    assert read_cdf(tmp_path / "model" / "margins-medium.tsv") == ([], [])
+    # the figure draws the model's curve and skips the empty files
+    out = margin_cdf_figure(
+        {"model": tmp_path / "model", "peer": tmp_path / "peer"}, tmp_path / "f.png"
+    )
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize("chunk,block", [(7, 5), (64, 1000), (1000, 3)])

@@ -33,8 +33,8 @@ def margin_cdf_figure(experiments: dict[str, Path], out: Path, title: str = "") 
         lo, hi = float("inf"), float("-inf")
         for name, directory in experiments.items():
             path = directory / f"margins-{group}.tsv"
-            if path.exists():
-                margins, cdf = read_cdf(path)
+            margins, cdf = read_cdf(path) if path.exists() else ([], [])
+            if margins:  # a group without margins has a header-only file
                 ax.plot(margins, cdf, label=name, linewidth=1.4)
                 # Frame the 2–98 % range: a few extreme rows would squash every curve.
                 inner = [m for m, c in zip(margins, cdf, strict=True) if 0.02 <= c <= 0.98]
@@ -49,7 +49,10 @@ def margin_cdf_figure(experiments: dict[str, Path], out: Path, title: str = "") 
         ax.set_xlabel("logit margin γ(x, y)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of test rows ≤ γ")
-    axes[-1].legend(fontsize=7, loc="lower right")
+    for ax in reversed(axes):  # the last panel with a curve (a group may have none)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
+            break
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -63,7 +63,7 @@ from tailkit.evaluation.per_class import (
 )
 from tailkit.evaluation.predict import Predictions
 from tailkit.evaluation.thresholds import Thresholded, f1_block
-from tailkit.groups import GroupThresholds
+from tailkit.groups import GROUPS, GroupThresholds
 from tailkit.labels import LabelSets
 from tailkit.metrics_file import headline, null_non_finite, write_metrics
 from tailkit.paths import Layout
@@ -201,9 +201,15 @@ def _multilabel_metrics(
 
 
 def write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
+    """One ``margins-<group>.tsv`` per many/medium/few group, the header alone where the group
+    has no margins (no test row, or a model that scores only its top k): git keeps no empty
+    folder, so a fresh clone would lack a margin-less experiment's plot output and DVC would
+    run its evaluate stage again."""
     with atomic_dir(directory) as tmp:
-        for group, values in cdfs.items():
-            rows = "".join(f"{v:.6g}\t{q:.2f}\n" for v, q in zip(values, CDF_POINTS, strict=True))
+        for group in GROUPS:
+            values = cdfs.get(group)
+            pairs = () if values is None else zip(values, CDF_POINTS, strict=True)
+            rows = "".join(f"{v:.6g}\t{q:.2f}\n" for v, q in pairs)
             (tmp / f"margins-{group}.tsv").write_text("margin\tcdf\n" + rows)
 
 
