@@ -27,6 +27,8 @@ import os
 import platform
 import sys
 
+from tailkit.openmp import shared_openmp_environment
+
 TUNABLES = (
     "glibc.malloc.mmap_max=0",
     "glibc.malloc.trim_threshold=4611686018427387904",  # 2^62 bytes: never trim
@@ -56,8 +58,13 @@ def tuned_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, s
 
 def reexec_with_tuned_malloc() -> None:
     """Replace this process by the same command with malloc tuned, unless it already is (or is
-    to be left alone). Call it before anything allocates much: what ran so far is run again."""
+    to be left alone). Call it before anything allocates much: what ran so far is run again.
+
+    The same restart gives numba torch's OpenMP runtime (:mod:`tailkit.openmp`), which the
+    loader likewise settles at process start."""
     env = tuned_environment(os.environ)
+    shared = shared_openmp_environment(os.environ if env is None else env)
+    env = shared if shared is not None else env
     if env is not None:
         sys.stdout.flush()
         sys.stderr.flush()
