@@ -6,9 +6,10 @@ by file name, which that library's soname (``libgomp.so.1``) does not answer, so
 libgomp is loaded beside torch's: two thread pools, each as wide as the machine. A compiled
 loss kernel that follows a torch GEMM then starts while torch's workers still spin-wait for
 their next region, and the reverse: on the 2-core machine the default GeoNames softmax's
-training loop (GEMMs and the compiled cross-entropy, one after the other every step) took
-37.3–40.1 s with two runtimes and 32.9–34.6 s with one (four alternating runs each, the model
-bytes identical); sampled-uniform, with fewer compiled kernels a step, did not move.
+training loop (GEMMs and the compiled cross-entropy, one after the other every step) took a
+median 37.7 s with two runtimes and 33.7 s with one over seven alternating pairs (one runtime
+faster in six; the model bytes identical). sampled-uniform (four pairs) and logit-adjusted
+(three) did not separate from the shared machine's noise.
 
 The loader reads ``LD_LIBRARY_PATH`` once, at process start, and a directory on it that holds
 ``libgomp.so.1.0.0`` (and ``libgomp.so.1``) as symbolic links to torch's library makes numba's
