@@ -13,20 +13,20 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+
+def _cache_home() -> Path:
+    """tailkit's folder in the user's cache directory (``$XDG_CACHE_HOME`` or ~/.cache): the
+    compiled kernels and the OpenMP links (:mod:`tailkit.openmp`) live there."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit"
+
+
 # numba's compiled-kernel cache (the kernels' cache=True) goes under the user's cache directory,
 # not into __pycache__ beside the sources: running a command must not write into the package.
 # numba keys a cached kernel on its own module's source only, so the directory is named after
 # the helpers every kernel inlines (fastmath.py): an edit there must not serve stale machine
 # code. Set before anything in tailkit imports numba, which reads it once.
 _HELPERS = hashlib.sha256((Path(__file__).parent / "fastmath.py").read_bytes()).hexdigest()[:12]
-os.environ.setdefault(
-    "NUMBA_CACHE_DIR",
-    str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "tailkit"
-        / f"numba-{_HELPERS}"
-    ),
-)
+os.environ.setdefault("NUMBA_CACHE_DIR", str(_cache_home() / f"numba-{_HELPERS}"))
 
 if TYPE_CHECKING:
     from tailkit.components import (

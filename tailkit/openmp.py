@@ -29,6 +29,8 @@ import os
 import sys
 from pathlib import Path
 
+from tailkit import _cache_home
+
 OPT_OUT = "TAILKIT_OPENMP"
 #: The names under which a library may ask for GNU OpenMP: numba's omppool the first.
 ALIASES = ("libgomp.so.1.0.0", "libgomp.so.1")
@@ -49,9 +51,8 @@ def torch_libgomp() -> Path | None:
 def _alias_directory(target: Path) -> Path | None:
     """A directory whose :data:`ALIASES` link to ``target``, made if missing; None if it cannot
     be (a read-only cache directory)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = hashlib.sha256(str(target).encode()).hexdigest()[:12]
-    directory = cache / "tailkit" / f"openmp-{digest}"
+    directory = _cache_home() / f"openmp-{digest}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name in ALIASES:

@@ -98,10 +98,11 @@ def _restored_encoder(
     Drawing the initial weights only to overwrite them is most of a restore for a large
     model: GeoNames' 830,909 × 128 input table took 1.4 s of normal draws against a 5 s
     evaluate. So the encoder is built on the meta device (no storage, no draws; random fills
-    are no-ops, :class:`_MetaFills`) and takes the saved tensors as its own. An encoder that computes a tensor at construction which its
-    state dict does not hold (a non-persistent buffer) would be left without it, and one
-    whose construction needs real values (``.item()``, an op without a meta kernel) cannot be
-    built there: those are built and initialised as usual, then loaded.
+    are no-ops, :class:`_MetaFills`) and takes the saved tensors as its own. An encoder that
+    computes a tensor at construction which its state dict does not hold (a non-persistent
+    buffer) would be left without it, and one whose construction needs real values
+    (``.item()``, an op without a meta kernel) cannot be built there: those are built and
+    initialised as usual, then loaded.
     """
     try:
         with torch.device("meta"), _MetaFills():

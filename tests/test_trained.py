@@ -72,15 +72,21 @@ def _params(model: dict):
     )
 
 
-def test_the_restored_encoder_holds_the_saved_tensors_and_draws_nothing() -> None:
-    params = _params({"name": "mlp", "hidden": [16], "dim": 8})
-    torch.manual_seed(3)
-    saved = REGISTRY.build("models", params.experiment("x").model, "model", 5)
+def _saved_and_restored(model: dict, in_dim: int, seed: int) -> tuple[Encoder, Encoder, dict]:
+    """A freshly built encoder, the one restored from a copy of its state, and that state;
+    asserts the restore drew nothing (the global generator is where it was)."""
+    params = _params(model)
+    torch.manual_seed(seed)
+    saved = REGISTRY.build("models", params.experiment("x").model, "model", in_dim)
     state = {k: v.clone() for k, v in saved.state_dict().items()}
     before = torch.get_rng_state()
-    restored = _restored_encoder(params, REGISTRY, "x", 5, state)
-    # no initial weights were drawn: the global generator is where it was
+    restored = _restored_encoder(params, REGISTRY, "x", in_dim, state)
     assert torch.equal(torch.get_rng_state(), before)
+    return saved, restored, state
+
+
+def test_the_restored_encoder_holds_the_saved_tensors_and_draws_nothing() -> None:
+    saved, restored, state = _saved_and_restored({"name": "mlp", "hidden": [16], "dim": 8}, 5, 3)
     assert restored.state_dict().keys() == state.keys()
     for key, value in restored.state_dict().items():
         assert value.device.type == "cpu" and torch.equal(value, state[key])
@@ -109,12 +115,6 @@ def test_an_encoder_that_needs_values_to_be_built_is_built_and_loaded_as_usual()
 
 def test_a_sparse_input_table_is_restored_without_its_normal_draws() -> None:
     # sparse-linear fills its table with normal_, which has no meta kernel of its own
-    params = _params({"name": "sparse-linear", "dim": 4})
-    torch.manual_seed(1)
-    saved = REGISTRY.build("models", params.experiment("x").model, "model", 50)
-    state = {k: v.clone() for k, v in saved.state_dict().items()}
-    before = torch.get_rng_state()
-    restored = _restored_encoder(params, REGISTRY, "x", 50, state)
-    assert torch.equal(torch.get_rng_state(), before)
+    saved, restored, _ = _saved_and_restored({"name": "sparse-linear", "dim": 4}, 50, 1)
     assert torch.equal(restored.embed.weight, saved.embed.weight)
     assert restored.embed.sparse == saved.embed.sparse
