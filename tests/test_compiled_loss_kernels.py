@@ -1,6 +1,6 @@
-"""The compiled float32 CPU paths of ELM's pull (batch and memory) and of the multilabel
-cross-entropy against the torch paths they replace (run in float64), and their independence of
-the thread count (DRO-LT, whose prototype term stays in torch, beside them). The losses' own
+"""The compiled float32 CPU paths of ELM's pull (batch and memory), DRO-LT's prototype term and
+the multilabel cross-entropy against the torch paths they replace (run in float64), and their
+independence of the thread count. The losses' own
 references (numpy loops, worked vectors) are in test_embedding_losses.py and
 test_multilabel_losses.py, which run each loss in float32 (these kernels) and float64."""
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from tailkit.plugins.losses.dro_lt import dro_loss
 from tailkit.plugins.losses.elm import _BatchPull, _CompiledBatchPull, batch_pull, same_class_pairs
 from tailkit.plugins.losses.multilabel import compiled_masked_lse
 from tailkit.plugins.losses.pull_kernels import class_runs
@@ -69,6 +70,61 @@ def test_a_crowded_batch_takes_the_gemm_path_with_the_same_values() -> None:
     assert crowded.grad_fn is None or "Compiled" not in type(crowded.grad_fn).__name__
     direct = _CompiledBatchPull.apply(z, runs_of(labels), alpha)
     torch.testing.assert_close(crowded, direct, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.07])
+@pytest.mark.parametrize("training", [True, False])
+def test_compiled_dro_term_equals_dro_loss(temperature, training) -> None:
+    """DRO-LT's compiled term (float32) against :func:`dro_loss` in float64 on the same
+    prototypes: value, the gradients for the features and for ε, and the prototype update. The
+    batch has a class seen once (its prototype is its own feature: distance exactly 0) and a
+    negative radius."""
+    classes, rows, width = 300, 256, 24
+    counts = torch.arange(classes, 0, -1, dtype=torch.float64)
+    loss = make_registry().build("losses", {"name": "dro-lt", "temperature": temperature}, "t")
+    loss.setup(counts)
+    loss.train(training)
+    gen = torch.Generator().manual_seed(5)
+    labels = zipf_labels(rows, classes, 5)
+    labels[-1] = classes - 1  # unseen and alone: its prototype is its feature this step
+    z = torch.randn(rows, width, generator=gen).relu() + 0.5
+    seen = torch.unique(labels)[::2]  # half the batch's classes have a stored prototype
+    loss.prototypes = torch.zeros(classes, width)
+    loss.prototypes[seen] = torch.randn(seen.numel(), width, generator=gen).relu() + 0.5
+    loss.seen[seen] = True
+    with torch.no_grad():
+        loss.epsilon.copy_(torch.rand(classes, generator=gen) * 2 - 0.5)
+    stored, marked = loss.prototypes.clone(), loss.seen.clone()
+
+    present, inverse = torch.unique(labels, return_inverse=True)
+    sums = torch.zeros(present.numel(), width, dtype=torch.float64).index_add_(
+        0, inverse, z.double()
+    )
+    means = sums / torch.bincount(inverse).unsqueeze(1)
+    current = torch.where(marked[present].unsqueeze(1), stored[present].double(), means)
+    x64 = z.double().requires_grad_()
+    eps64 = loss.epsilon.detach().double().requires_grad_()
+    want = dro_loss(x64, labels, current, present, eps64, temperature)
+    want.backward()
+
+    x = z.clone().requires_grad_()
+    got = loss._compiled_dro(x, labels)
+    got.backward()
+    assert x.grad is not None and loss.epsilon.grad is not None
+    torch.testing.assert_close(got.double(), want.detach(), rtol=2e-5, atol=1e-6)
+    scale = x64.grad.abs().max()
+    torch.testing.assert_close(x.grad.double() / scale, x64.grad / scale, rtol=0, atol=2e-5)
+    scale = eps64.grad.abs().max()  # a class's −G/T sums terms p − 1/n that nearly cancel
+    torch.testing.assert_close(
+        loss.epsilon.grad.double() / scale, eps64.grad / scale, rtol=0, atol=2e-5
+    )
+    if training:
+        m = loss.prototype_momentum
+        updated = torch.where(marked[present].unsqueeze(1), m * current + (1 - m) * means, means)
+        torch.testing.assert_close(loss.prototypes[present].double(), updated, rtol=1e-6, atol=1e-6)
+        assert loss.seen[present].all()
+    else:
+        assert torch.equal(loss.prototypes, stored) and torch.equal(loss.seen, marked)
 
 
 def _steps(spec: dict, threads: int) -> list[torch.Tensor]:

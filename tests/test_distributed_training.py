@@ -162,7 +162,12 @@ def test_tailkit_train_under_torchrun_writes_what_one_process_writes(tmp_path) -
         for part in ("layer", "encoder"):
             assert w1[part].keys() == w2[part].keys()
             for key in w1[part]:
-                torch.testing.assert_close(w2[part][key], w1[part][key], rtol=1e-3, atol=1e-4)
+                # GEMMs blocked differently on a shard round differently, and an epoch of
+                # steps carries that on: up to ~1e-3 of the tensor's scale (LDAM's layer)
+                scale = float(w1[part][key].abs().max())
+                torch.testing.assert_close(
+                    w2[part][key], w1[part][key], rtol=1e-3, atol=max(1e-4, 1e-3 * scale)
+                )
         assert abs(m2["test"]["accuracy"] - m1["test"]["accuracy"]) <= 0.01, name
 
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, ClassVar, Literal, overload
 
+import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
+from tailkit.plugins.losses.dro_kernels import (
+    batch_prototypes,
+    dro_backward,
+    dro_forward,
+    dro_value,
+)
 from tailkit.plugins.losses.elm import (
     grow_lazy_buffers,
     squared_distances,
@@ -177,6 +184,54 @@ class _BatchPrototypeDRO(torch.autograd.Function):
         return grad_z, None, None, None, grad_epsilon, None
 
 
+class _CompiledBatchPrototypeDRO(torch.autograd.Function):
+    """:class:`_BatchPrototypeDRO`'s value and gradient for float32 on the CPU, from the compiled
+    kernels of :mod:`~tailkit.plugins.losses.dro_kernels`, given the batch's prototypes as
+    :func:`~tailkit.plugins.losses.dro_kernels.batch_prototypes` returns them: two GEMMs and
+    two parallel (K, B) sweeps where the torch version takes some forty small ops."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        z: torch.Tensor,
+        epsilon: torch.Tensor,
+        labels: torch.Tensor,
+        prototypes: tuple[np.ndarray, ...],
+        temperature: float,
+    ) -> torch.Tensor:
+        inverse, sizes, points, norms, own, current = prototypes
+        count = sizes.shape[0]
+        centred = torch.from_numpy(points)
+        dist = torch.mm(centred[:count], centred[count:].t())  # the cross term, then D
+        shift = epsilon.detach()[labels].contiguous().numpy()
+        inv_t = np.float32(1.0 / temperature)
+        lse = np.empty(count, dtype=np.float64)
+        dro_forward(dist.numpy(), norms, own, inverse, shift, inv_t, lse)
+        value = dro_value(dist.numpy(), inverse, sizes, shift, inv_t, lse)
+        ctx.state = (dist.numpy(), inverse, sizes, shift, inv_t, lse, current)
+        ctx.save_for_backward(z.detach(), labels, epsilon)
+        return torch.tensor(value, dtype=z.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        z, labels, epsilon = ctx.saved_tensors
+        dist, inverse, sizes, shift, inv_t, lse, current = ctx.state
+        weights = np.empty_like(dist)
+        grad_shift = np.zeros(z.shape[0], dtype=np.float32)
+        dro_backward(dist, inverse, sizes, shift, inv_t, lse, float(grad), weights, grad_shift)
+        h = torch.from_numpy(weights)
+        grad_z = torch.addmm(
+            h.sum(dim=0).unsqueeze(1) * z, h.t(), torch.from_numpy(current), alpha=-1.0
+        )
+        grad_epsilon = None
+        if ctx.needs_input_grad[1]:
+            grad_epsilon = torch.zeros_like(epsilon).index_add_(
+                0, labels, torch.from_numpy(grad_shift)
+            )
+        return grad_z, grad_epsilon, None, None, None
+
+
 #: sqrt of the floor of the squared distances: a distance at or below it has no gradient.
 _FLOOR_SQRT = {
     dtype: float(torch.tensor(torch.finfo(dtype).tiny, dtype=dtype).sqrt())
@@ -293,6 +348,9 @@ class DROLT(Loss):
                     f"got embeddings of dimension {z.shape[-1]}"
                 )
             self.prototypes = z.new_zeros(self.prototypes.shape[0], z.shape[-1])
+        compiled = z.dtype == self.prototypes.dtype == self.epsilon.dtype == torch.float32
+        if compiled and z.device.type == "cpu":
+            return ce + self.lam * self._compiled_dro(z, labels)
         classes, inverse = torch.unique(labels, return_inverse=True)
         feats = z.detach()
         sums = feats.new_zeros(classes.numel(), feats.shape[1]).index_add_(0, inverse, feats)
@@ -308,6 +366,21 @@ class DROLT(Loss):
                 self.prototypes[classes] = updated.to(self.prototypes.dtype)
                 self.seen[classes] = True
         return ce + self.lam * dro
+
+    def _compiled_dro(self, z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The DRO term and, in training, the prototype update, from the compiled kernels."""
+        prototypes = batch_prototypes(
+            z.detach().contiguous().numpy(),
+            labels.contiguous().numpy(),
+            self.prototypes.numpy(),
+            self.seen.numpy(),
+            self.prototype_momentum,
+            self.training,
+        )
+        dro: torch.Tensor = _CompiledBatchPrototypeDRO.apply(
+            z, self.epsilon, labels, prototypes, self.temperature
+        )
+        return dro
 
     def extra_repr(self) -> str:
         return (
