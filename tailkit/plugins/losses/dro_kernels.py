@@ -49,7 +49,7 @@ def _centred(row, mid, out):
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def batch_prototypes(z, labels, prototypes, seen, momentum, update):
+def batch_prototypes(z, labels, prototypes, seen, epsilon, momentum, update):
     """The batch's classes and each sample's prototype, and the moving-average update.
 
     ``z`` (B, d) float32 and ``labels`` (B,) int64; ``prototypes`` (C, d) float32 and ``seen``
@@ -59,7 +59,8 @@ def batch_prototypes(z, labels, prototypes, seen, momentum, update):
     prototypes' mean), ``norms`` (K + B,) float32 (their squared norms), ``own`` (B,) float32
     (each sample's distance to its own prototype, from direct differences) and ``current``
     (K, d) float32, the uncentred prototypes: a class's stored prototype if ``seen``, else its
-    batch mean. With ``update``, each class's stored prototype then becomes
+    batch mean; and ``shift`` (B,) float32, each sample's radius ε_{y_i} from ``epsilon`` (C,).
+    With ``update``, each class's stored prototype then becomes
     m·current + (1 − m)·mean (its mean if unseen; m = ``momentum``) and it is marked seen.
     """
     b, d = z.shape
@@ -102,7 +103,9 @@ def batch_prototypes(z, labels, prototypes, seen, momentum, update):
     for k in range(count):
         norms[k] = _centred(current[k], mid, points[k])
     own = np.empty(b, dtype=np.float32)
+    shift = np.empty(b, dtype=np.float32)
     for i in range(b):
+        shift[i] = epsilon[labels[i]]
         norms[count + i] = _centred(z[i], mid, points[count + i])
         mine = current[inverse[i]]
         total = _ZERO
@@ -110,16 +113,17 @@ def batch_prototypes(z, labels, prototypes, seen, momentum, update):
             diff = z[i, j] - mine[j]
             total += diff * diff
         own[i] = np.sqrt(total)
-    return inverse, sizes, points, norms, own, current
+    return inverse, sizes, points, norms, own, current, shift
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def dro_forward(cross, norms, own, inverse, shift, inv_t, lse):
-    """From ``cross`` (K, B) float32, the GEMM of the centred prototypes with the centred samples,
-    and their squared ``norms`` (K + B,): the distances D, written over ``cross`` (a sample's
-    distance to its own prototype is ``own``), and ``lse`` (K,) float64. ``shift`` (B,) float32
-    is ε_{y_i}; ``inv_t`` is 1/T (float32). A distance from the GEMM form is floored at
-    :data:`FLOOR` (its square root's gradient stays finite)."""
+def dro_forward(cross, norms, own, inverse, sizes, shift, inv_t, lse):
+    """The loss (float64), from ``cross`` (K, B) float32, the GEMM of the centred prototypes with
+    the centred samples, and their squared ``norms`` (K + B,); the distances D are written over
+    ``cross`` (a sample's distance to its own prototype is ``own``) and the log-sum-exps into
+    ``lse`` (K,) float64. ``shift`` (B,) float32 is ε_{y_i}; ``inv_t`` is 1/T (float32). A
+    distance from the GEMM form is floored at :data:`FLOOR` (its square root's gradient stays
+    finite). The loss sums the samples' terms in sample order."""
     count, b = cross.shape
     for k in numba.prange(count):
         row = cross[k]
@@ -135,24 +139,22 @@ def dro_forward(cross, norms, own, inverse, shift, inv_t, lse):
             a = top + (row[i] + (shift[i] if inverse[i] == k else _ZERO)) * inv_t
             acc += exp_neg_f32(a) if a < CLAMP_F32 else _ZERO
         lse[k] = np.float64(top) + math.log(np.float64(acc))
-
-
-@numba.njit(cache=True, error_model="numpy")
-def dro_value(dist, inverse, sizes, shift, inv_t, lse):
-    """The loss −(1/K) Σ_i (s_{k(i) i} − lse_{k(i)}) / n_{k(i)} (float64), in sample order."""
     total = 0.0
-    for i in range(inverse.shape[0]):
+    for i in range(b):
         k = inverse[i]
-        s = np.float64(-(dist[k, i] + shift[i]) * inv_t)
+        s = np.float64(-(cross[k, i] + shift[i]) * inv_t)
         total += (s - lse[k]) / sizes[k]
-    return -total / sizes.shape[0]
+    return -total / count
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract"})
-def dro_backward(dist, inverse, sizes, shift, inv_t, lse, scale, weights, grad_shift):
-    """``weights`` (K, B) float32 = H and ``grad_shift`` (B,) float32 = ∂loss/∂ε_{y_i} for the
-    loss scaled by ``scale`` (the incoming gradient); H_ki = −G_ki/(T·D_ki), 0 where D_ki is at
-    the floor."""
+def dro_backward(
+    dist, z, labels, inverse, sizes, shift, inv_t, lse, scale, weights, grad_z, grad_eps
+):
+    """The gradient of the loss scaled by ``scale`` (the incoming gradient): ``weights`` (K, B)
+    float32 = H (H_ki = −G_ki/(T·D_ki), 0 where D_ki is at the floor), ``grad_z`` (B, d) float32
+    = (Σ_k H_ki) z_i, to which the caller adds −Hᵀμ (a GEMM), and ``grad_eps`` (C,) float32, zero
+    on entry, += −G_{k(i) i}/T per sample in sample order."""
     count, b = dist.shape
     per_class = np.float32(scale / count)
     for k in numba.prange(count):
@@ -165,8 +167,15 @@ def dro_backward(dist, inverse, sizes, shift, inv_t, lse, scale, weights, grad_s
             a = (hi + (row[i] + (shift[i] if mine else _ZERO)) * inv_t) + lo
             g = (exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) * per_class - (pull if mine else _ZERO)
             out[i] = -g * inv_t / row[i] if row[i] > FLOOR else _ZERO
-    for i in range(b):  # each sample's own pair: ε's gradient is −G/T there (H may be 0)
+    column = np.zeros(b, dtype=np.float32)
+    for k in range(count):  # Σ_k H_ki, prototype by prototype: each i in a fixed order
+        for i in range(b):
+            column[i] += weights[k, i]
+    for i in range(b):
+        for j in range(z.shape[1]):
+            grad_z[i, j] = column[i] * z[i, j]
+        # each sample's own pair: ε's gradient is −G/T there (H may be 0)
         k = inverse[i]
         a = np.float64(lse[k]) + np.float64((dist[k, i] + shift[i]) * inv_t)
         g = math.exp(-a) * per_class - per_class / np.float32(sizes[k])
-        grad_shift[i] = -g * inv_t
+        grad_eps[labels[i]] += np.float32(-g * inv_t)

@@ -10,12 +10,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
-from tailkit.plugins.losses.dro_kernels import (
-    batch_prototypes,
-    dro_backward,
-    dro_forward,
-    dro_value,
-)
+from tailkit.plugins.losses.dro_kernels import batch_prototypes, dro_backward, dro_forward
 from tailkit.plugins.losses.elm import (
     grow_lazy_buffers,
     squared_distances,
@@ -199,16 +194,14 @@ class _CompiledBatchPrototypeDRO(torch.autograd.Function):
         prototypes: tuple[np.ndarray, ...],
         temperature: float,
     ) -> torch.Tensor:
-        inverse, sizes, points, norms, own, current = prototypes
+        inverse, sizes, points, norms, own, current, shift = prototypes
         count = sizes.shape[0]
         centred = torch.from_numpy(points)
-        dist = torch.mm(centred[:count], centred[count:].t())  # the cross term, then D
-        shift = epsilon.detach()[labels].contiguous().numpy()
+        dist = torch.mm(centred[:count], centred[count:].t()).numpy()  # the cross term, then D
         inv_t = np.float32(1.0 / temperature)
         lse = np.empty(count, dtype=np.float64)
-        dro_forward(dist.numpy(), norms, own, inverse, shift, inv_t, lse)
-        value = dro_value(dist.numpy(), inverse, sizes, shift, inv_t, lse)
-        ctx.state = (dist.numpy(), inverse, sizes, shift, inv_t, lse, current)
+        value = dro_forward(dist, norms, own, inverse, sizes, shift, inv_t, lse)
+        ctx.state = (dist, inverse, sizes, shift, inv_t, lse, current)
         ctx.save_for_backward(z.detach(), labels, epsilon)
         return torch.tensor(value, dtype=z.dtype)
 
@@ -218,18 +211,24 @@ class _CompiledBatchPrototypeDRO(torch.autograd.Function):
         z, labels, epsilon = ctx.saved_tensors
         dist, inverse, sizes, shift, inv_t, lse, current = ctx.state
         weights = np.empty_like(dist)
-        grad_shift = np.zeros(z.shape[0], dtype=np.float32)
-        dro_backward(dist, inverse, sizes, shift, inv_t, lse, float(grad), weights, grad_shift)
-        h = torch.from_numpy(weights)
-        grad_z = torch.addmm(
-            h.sum(dim=0).unsqueeze(1) * z, h.t(), torch.from_numpy(current), alpha=-1.0
+        grad_z = torch.empty_like(z)
+        grad_epsilon = torch.zeros_like(epsilon)
+        dro_backward(
+            dist,
+            z.numpy(),
+            labels.numpy(),
+            inverse,
+            sizes,
+            shift,
+            inv_t,
+            lse,
+            float(grad),
+            weights,
+            grad_z.numpy(),
+            grad_epsilon.numpy(),
         )
-        grad_epsilon = None
-        if ctx.needs_input_grad[1]:
-            grad_epsilon = torch.zeros_like(epsilon).index_add_(
-                0, labels, torch.from_numpy(grad_shift)
-            )
-        return grad_z, grad_epsilon, None, None, None
+        grad_z.addmm_(torch.from_numpy(weights).t(), torch.from_numpy(current), alpha=-1.0)
+        return grad_z, grad_epsilon if ctx.needs_input_grad[1] else None, None, None, None
 
 
 #: sqrt of the floor of the squared distances: a distance at or below it has no gradient.
@@ -369,11 +368,13 @@ class DROLT(Loss):
 
     def _compiled_dro(self, z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The DRO term and, in training, the prototype update, from the compiled kernels."""
+        labels = labels.contiguous()
         prototypes = batch_prototypes(
             z.detach().contiguous().numpy(),
-            labels.contiguous().numpy(),
+            labels.numpy(),
             self.prototypes.numpy(),
             self.seen.numpy(),
+            self.epsilon.detach().numpy(),
             self.prototype_momentum,
             self.training,
         )
