@@ -8,10 +8,12 @@ One full training step as the loop runs it (mlp encoder 512 → 512 → 128, the
 layer built for the loss, forward, loss, backward, row-sparse Adagrad on the layer and Adagrad
 on the encoder) for CE and each long-tail loss, on the GeoNames shape (C = 3,875, Zipf-like
 counts, B = 512; ``--classes 100000`` for the extreme shape, same B). Cases are interleaved
-(A B C … A B C …) for ``--rounds`` rounds of ``--steps`` steps. Printed per case: the median
-step time and its IQR, and the median over rounds of the case's time over CE's time *in the same
-round* (goal: ≤ 1.05) with that ratio's IQR: on a shared machine whose load comes and goes, a
-round's ratio cancels the load of that round, where the ratio of two medians would not. The
+(A B C … B C A … C A B …: each round starts one case later) for ``--rounds`` rounds of
+``--steps`` steps; ``ce-control``, CE again as a case of its own, shows the benchmark's own
+error. Printed per case: the median step time and its IQR, and the median over rounds of the
+case's time over CE's time *in the same round* (goal: ≤ 1.05) with that ratio's IQR: on a
+shared machine whose load comes and goes, a round's ratio cancels the load of that round, where
+the ratio of two medians would not. The
 machine's FP32 GEMM GFLOP/s is printed for scale. The timing runs with glibc's malloc set up as
 the ``tailkit`` command sets it for the stages (tailkit/allocator.py: freed blocks reused, not
 faulted in anew; ``--system-malloc`` times glibc's defaults instead). ``--loss-only`` times
@@ -54,6 +56,8 @@ from tailkit.training.output_layer import OutputLayer
 
 LOSSES = {
     "ce": {"name": "softmax"},
+    # CE again, as a case of its own: its ratio to CE is the benchmark's own error (A/A)
+    "ce-control": {"name": "softmax"},
     "logit-adjusted": {"name": "logit-adjusted"},
     "logit-adjusted-posthoc": {"name": "logit-adjusted", "adjustment": "posthoc"},
     "balanced-softmax": {"name": "balanced-softmax"},
@@ -213,8 +217,14 @@ def main() -> None:
         for _ in range(3):
             case.loss_step() if args.loss_only else case.step()
     times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.rounds):
-        for name, case in cases.items():
+    order = list(cases)
+    for round_no in range(args.rounds):
+        # Each round starts one case later: a case's place in the round (what ran before it,
+        # how warm the caches are) is the same for every case over len(order) rounds, where a
+        # fixed order always ran CE first.
+        shift = round_no % len(order)
+        for name in order[shift:] + order[:shift]:
+            case = cases[name]
             if args.loss_only:
                 spent = sum(case.loss_step() for _ in range(args.steps))
             else:
