@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,peers]'
 	touch $(STAMP)
 
+# `dvc repro` with independent stages side by side (tailkit/parallel_repro.py): the same
+# outputs and dvc.lock, sooner on a machine with more than one core.
+JOBS ?= 2
 repro: $(STAMP)
-	$(BIN)/dvc repro
+	$(BIN)/python -m tailkit repro --jobs $(JOBS)
 	@cat reports/summary.md
 
 # mypy first: the plugin seam strictly, the rest at the default level (pyproject.toml).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -512,6 +513,31 @@ def list_components(kind: str) -> None:
     width = max((len(name) for name, _ in primary), default=0)
     for name, r in primary:
         click.echo(f"{name:<{width}}  {r['description']}  [{r['plugin']}]")
+
+
+@cli.command()
+@click.argument("targets", nargs=-1)
+@click.option(
+    "--jobs",
+    "-j",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Independent stages run at once; the cores are shared among them.",
+)
+@click.option("--force", "-f", is_flag=True, help="Run every stage, changed or not.")
+def repro(targets: tuple[str, ...], jobs: int, force: bool) -> None:
+    """`dvc repro [TARGETS]` with independent stages side by side (tailkit/parallel_repro.py);
+    the outputs and dvc.lock are those of a plain `dvc repro`."""
+    from tailkit import parallel_repro
+
+    start = time.monotonic()
+    finished = _guard(
+        lambda: parallel_repro.reproduce(
+            Path.cwd(), jobs, targets, force, report=partial(click.echo, err=True)
+        )
+    )
+    click.echo(f"repro: {len(finished)} jobs in {time.monotonic() - start:.0f} s", err=True)
 
 
 @cli.command()

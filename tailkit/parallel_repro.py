@@ -1,0 +1,318 @@
+"""``tailkit repro --jobs N``: ``dvc repro`` with independent stages run side by side.
+
+``dvc repro`` runs one stage at a time. On the default pipeline that leaves a core idle for
+much of the run: napkinXC trains on one thread (several would make it irreproducible), and
+each stage spends seconds in work that does not spread over cores (Python and torch imports,
+reading and writing Parquet and safetensors, DVC hashing the outputs). But DVC lets several
+``dvc repro`` processes work in one project: it releases its repository lock while a stage's
+command runs, and its per-output read/write locks keep two processes off the same files. So
+this module reads the stage graph (``dvc dag --dot``), groups each run of stages that follow
+one another with nothing branching in or out (``train@x`` then ``evaluate@x``) into one job,
+and runs up to N jobs at once, each as one ``dvc repro --single-item`` process over its
+stages in order; a job starts when every job it depends on has finished. The result is the
+same ``dvc.lock`` and the same outputs as one ``dvc repro``: each stage still runs through
+DVC, which still skips what is up to date.
+
+Threads: a job gets ``cores // min(N, jobs that could run now)`` threads (OpenMP, MKL, BLAS
+and numba are told through their environment variables), so the chain at the head of the
+graph runs on every core and the experiments share them. tailkit's outputs do not depend on
+the thread count (its compiled kernels split work by rows, not by thread, and torch's CPU
+kernels give the same bytes on one or two threads: tests/test_parallel_repro.py checks a
+model), so the bytes are those of a plain ``dvc repro`` on this machine.
+
+Which ready job goes first: the one with the longest chain of expected work below it, the
+expected seconds of a training stage being the last recorded ones
+(``metrics/timings/train/<experiment>.json``) so that the slowest experiment (napkinXC on the
+default) starts early instead of finishing alone at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tailkit.errors import TailkitError
+
+#: Seconds assumed for a stage with no recorded time: most non-training stages take a few.
+DEFAULT_SECONDS = 8.0
+#: What a training stage costs beyond its loop (imports, reading features, saving the model)
+#: and the evaluate stage after it.
+STAGE_OVERHEAD = 16.0
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+
+_NODE = re.compile(r'^\s*"([^"]+)";\s*$')
+_EDGE = re.compile(r'^\s*"([^"]+)"\s*->\s*"([^"]+)";\s*$')
+
+
+class ReproError(TailkitError):
+    """A stage failed, or DVC could not describe the pipeline."""
+
+
+@dataclass
+class Job:
+    """Stages run in order by one ``dvc repro --single-item`` process."""
+
+    stages: list[str]
+    needs: set[int] = field(default_factory=set)  # indices of the jobs that must finish first
+    seconds: float = DEFAULT_SECONDS  # expected, for the order only
+
+    @property
+    def name(self) -> str:
+        return " → ".join(self.stages)
+
+
+def parse_dot(text: str) -> tuple[list[str], dict[str, set[str]]]:
+    """Stages (in DVC's order) and each stage's upstream stages, from ``dvc dag --dot``."""
+    stages: list[str] = []
+    upstream: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if match := _EDGE.match(line):
+            source, target = match.groups()
+            upstream.setdefault(target, set()).add(source)
+        elif match := _NODE.match(line):
+            stages.append(match.group(1))
+    for stage in stages:
+        upstream.setdefault(stage, set())
+    unknown = {s for ups in upstream.values() for s in ups} | set(upstream)
+    if missing := unknown - set(stages):
+        raise ReproError(f"dvc dag: edges name stages it did not list: {sorted(missing)}")
+    return stages, upstream
+
+
+def topological(stages: list[str], upstream: Mapping[str, set[str]]) -> list[str]:
+    """``stages`` reordered so every stage follows its upstream ones (ties keep DVC's order)."""
+    done: set[str] = set()
+    order: list[str] = []
+    pending = list(stages)
+    while pending:
+        ready = [s for s in pending if upstream[s] <= done]
+        if not ready:
+            raise ReproError(f"dvc dag: a cycle among {sorted(pending)}")
+        for stage in ready:
+            order.append(stage)
+            done.add(stage)
+        pending = [s for s in pending if s not in done]
+    return order
+
+
+def group_jobs(
+    stages: list[str], upstream: Mapping[str, set[str]], seconds: Callable[[str], float]
+) -> list[Job]:
+    """One job per chain: a stage follows stage u in u's job when u ends that job, every other
+    upstream stage of it is upstream of u too (so it is done when u's job starts), and no other
+    downstream stage of u could follow u that way (``train@x`` is followed by ``evaluate@x``;
+    the experiments after ``fit-sampler`` stay apart, to run side by side)."""
+    order = topological(stages, upstream)
+    ancestors: dict[str, set[str]] = {}
+    downstream: dict[str, set[str]] = {s: set() for s in order}
+    for stage in order:
+        ancestors[stage] = set().union(*(ancestors[u] | {u} for u in upstream[stage]))
+        for up in upstream[stage]:
+            downstream[up].add(stage)
+
+    def can_follow(stage: str, up: str) -> bool:
+        return all(v == up or v in ancestors[up] for v in upstream[stage])
+
+    job_of: dict[str, int] = {}
+    jobs: list[Job] = []
+    for stage in order:
+        index = len(jobs)
+        for up in upstream[stage]:
+            followers = [c for c in downstream[up] if can_follow(c, up)]
+            if followers == [stage] and jobs[job_of[up]].stages[-1] == up:
+                index = job_of[up]
+                break
+        if index == len(jobs):
+            jobs.append(Job([]))
+        jobs[index].stages.append(stage)
+        job_of[stage] = index
+    for index, job in enumerate(jobs):
+        job.seconds = sum(seconds(s) for s in job.stages)
+        job.needs = {job_of[up] for s in job.stages for up in upstream[s]} - {index}
+    return jobs
+
+
+def critical_seconds(jobs: list[Job]) -> list[float]:
+    """For each job, its expected seconds plus the longest chain of jobs that wait on it."""
+    below: list[list[int]] = [[] for _ in jobs]
+    for index, job in enumerate(jobs):
+        for need in job.needs:
+            below[need].append(index)
+    memo: dict[int, float] = {}
+
+    def longest(index: int) -> float:
+        if index not in memo:
+            memo[index] = jobs[index].seconds + max((longest(i) for i in below[index]), default=0)
+        return memo[index]
+
+    return [longest(i) for i in range(len(jobs))]
+
+
+def recorded_seconds(root: Path) -> Callable[[str], float]:
+    """Expected seconds of a stage: a training stage's last recorded loop plus its overhead."""
+
+    def seconds(stage: str) -> float:
+        kind, _, experiment = stage.partition("@")
+        if kind == "train" and experiment:
+            try:
+                loop = json.loads(
+                    (root / "metrics/timings/train" / f"{experiment}.json").read_text()
+                )
+                return float(loop["seconds"]) + STAGE_OVERHEAD
+            except (OSError, ValueError, KeyError, TypeError):
+                return DEFAULT_SECONDS + STAGE_OVERHEAD
+        return DEFAULT_SECONDS
+
+    return seconds
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class Finished:
+    job: Job
+    returncode: int
+    output: str
+    seconds: float
+    threads: int
+
+
+#: Starts a job: (its stages, its environment) -> a running process writing to ``log``.
+Launcher = Callable[[list[str], dict[str, str], Path], subprocess.Popen]
+
+
+def dvc_launcher(root: Path, force: bool) -> Launcher:
+    def launch(stages: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+        command = [sys.executable, "-m", "dvc", "repro", "--single-item"]
+        if force:
+            command.append("--force")
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                [*command, *stages], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    return launch
+
+
+#: DVC's advice after each run (git add, autostage, push): once would do, a dozen times is noise.
+_HINTS = re.compile(r"^\s*(To track the changes with git|git add |To enable auto staging|"
+                    r"dvc config core\.autostage|Use `dvc push`)")  # fmt: skip
+
+
+def _without_hints(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip() and not _HINTS.match(line)]
+    return "\n".join(lines)
+
+
+def run_jobs(
+    jobs: list[Job],
+    workers: int,
+    launch: Launcher,
+    cores: int,
+    report: Callable[[str], None] = print,
+    poll_seconds: float = 0.05,
+) -> list[Finished]:
+    """Run ``jobs`` on up to ``workers`` processes; after a failure no new job starts, the
+    running ones finish, and :class:`ReproError` names the failed stages with their output."""
+    priority = critical_seconds(jobs)
+    waiting = set(range(len(jobs)))
+    done: set[int] = set()
+    running: dict[int, tuple[subprocess.Popen, Path, float, int]] = {}
+    finished: list[Finished] = []
+    failed: list[Finished] = []
+    with tempfile.TemporaryDirectory(prefix="tailkit-repro-") as logs:
+        while waiting or running:
+            ready = sorted(
+                (i for i in waiting if jobs[i].needs <= done), key=lambda i: (-priority[i], i)
+            )
+            while ready and len(running) < workers and not failed:
+                index = ready.pop(0)
+                waiting.discard(index)
+                sharing = min(workers, len(running) + 1 + len(ready))
+                threads = max(1, cores // sharing)
+                env = os.environ | {name: str(threads) for name in THREAD_VARIABLES}
+                log = Path(logs) / f"{index}.log"
+                report(f"repro: start {jobs[index].name} ({threads} thread{'s' * (threads > 1)})")
+                running[index] = (
+                    launch(jobs[index].stages, env, log),
+                    log,
+                    time.monotonic(),
+                    threads,
+                )
+            if failed and not running:
+                break
+            if not running and waiting:
+                raise ReproError(f"repro: jobs wait on jobs that cannot run: {sorted(waiting)}")
+            time.sleep(poll_seconds)
+            for index, (process, log, start, threads) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[index]
+                result = Finished(
+                    jobs[index],
+                    process.returncode,
+                    log.read_text(errors="replace"),
+                    time.monotonic() - start,
+                    threads,
+                )
+                if text := _without_hints(result.output):
+                    report(text)
+                report(f"repro: {'done' if result.returncode == 0 else 'FAILED'} "
+                       f"{result.job.name} in {result.seconds:.1f} s")  # fmt: skip
+                if result.returncode == 0:
+                    done.add(index)
+                    finished.append(result)
+                else:
+                    failed.append(result)
+    if failed:
+        names = ", ".join(f.job.name for f in failed)
+        not_run = len(jobs) - len(finished) - len(failed)
+        raise ReproError(f"repro: {names} failed (exit {failed[0].returncode}); "
+                         f"{not_run} job(s) not run")  # fmt: skip
+    return finished
+
+
+def stage_graph(root: Path, targets: Iterable[str] = ()) -> tuple[list[str], dict[str, set[str]]]:
+    """The pipeline's stages and their upstream stages, as DVC sees them."""
+    result = subprocess.run(
+        [sys.executable, "-m", "dvc", "dag", "--dot", *targets],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ReproError(f"dvc dag failed: {last}")
+    return parse_dot(result.stdout)
+
+
+def reproduce(
+    root: Path,
+    workers: int,
+    targets: Iterable[str] = (),
+    force: bool = False,
+    report: Callable[[str], None] = print,
+) -> list[Finished]:
+    """``dvc repro [targets]`` with up to ``workers`` jobs at once (module docstring)."""
+    stages, upstream = stage_graph(root, targets)
+    jobs = group_jobs(stages, upstream, recorded_seconds(root))
+    return run_jobs(jobs, workers, dvc_launcher(root, force), usable_cores(), report)

@@ -1,0 +1,234 @@
+"""`tailkit repro --jobs N`: the stage graph, its jobs, their order and threads, and a DVC
+project reproduced with two stages that can only finish if they run at the same time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tailkit import parallel_repro as pr
+
+# The default pipeline's shape: a chain at the head, feature sets, a sampler fit, then one
+# train → evaluate pair per experiment, and a report over all of them.
+DOT = """strict digraph {
+"fingerprint";
+"download";
+"subsample";
+"featurize@a";
+"featurize@b";
+"fit-sampler";
+"train@x";
+"train@y";
+"evaluate@x";
+"evaluate@y";
+"report";
+"fingerprint" -> "download";
+"fingerprint" -> "subsample";
+"download" -> "subsample";
+"subsample" -> "featurize@a";
+"subsample" -> "featurize@b";
+"download" -> "featurize@a";
+"download" -> "featurize@b";
+"featurize@a" -> "fit-sampler";
+"featurize@b" -> "fit-sampler";
+"fit-sampler" -> "train@x";
+"featurize@a" -> "train@x";
+"fit-sampler" -> "train@y";
+"featurize@b" -> "train@y";
+"train@x" -> "evaluate@x";
+"fit-sampler" -> "evaluate@x";
+"featurize@a" -> "evaluate@x";
+"train@y" -> "evaluate@y";
+"fit-sampler" -> "evaluate@y";
+"evaluate@x" -> "report";
+"evaluate@y" -> "report";
+"train@x" -> "report";
+}
+"""
+
+
+def _jobs(seconds=lambda stage: 1.0) -> list[pr.Job]:
+    stages, upstream = pr.parse_dot(DOT)
+    return pr.group_jobs(stages, upstream, seconds)
+
+
+def test_the_graph_is_read_from_dvc_dag_dot() -> None:
+    stages, upstream = pr.parse_dot(DOT)
+    assert stages[:3] == ["fingerprint", "download", "subsample"] and len(stages) == 11
+    assert upstream["evaluate@x"] == {"train@x", "fit-sampler", "featurize@a"}
+    assert upstream["fingerprint"] == set()
+    with pytest.raises(pr.ReproError, match="did not list"):
+        pr.parse_dot('strict digraph {\n"a";\n"a" -> "b";\n}')
+
+
+def test_chains_become_jobs_and_the_experiments_stay_apart() -> None:
+    jobs = _jobs()
+    names = [job.stages for job in jobs]
+    assert names == [
+        ["fingerprint", "download", "subsample"],
+        ["featurize@a"],
+        ["featurize@b"],
+        ["fit-sampler"],
+        ["train@x", "evaluate@x"],
+        ["train@y", "evaluate@y"],
+        ["report"],
+    ]
+    assert jobs[3].needs == {1, 2} and jobs[4].needs == {1, 3} and jobs[6].needs == {4, 5}
+
+
+def test_a_cycle_is_refused() -> None:
+    with pytest.raises(pr.ReproError, match="cycle"):
+        pr.topological(["a", "b"], {"a": {"b"}, "b": {"a"}})
+
+
+def test_the_longest_chain_of_work_goes_first() -> None:
+    jobs = _jobs(lambda stage: 50.0 if stage == "train@y" else 1.0)
+    priority = pr.critical_seconds(jobs)
+    assert priority[5] == 50 + 1 + 1  # train@y + evaluate@y, then the report
+    assert priority[5] > priority[4]
+
+
+def test_recorded_training_seconds_set_the_expected_cost(tmp_path: Path) -> None:
+    (tmp_path / "metrics/timings/train").mkdir(parents=True)
+    (tmp_path / "metrics/timings/train/x.json").write_text(json.dumps({"seconds": 40.0}))
+    seconds = pr.recorded_seconds(tmp_path)
+    assert seconds("train@x") == 40 + pr.STAGE_OVERHEAD
+    assert seconds("train@y") == pr.DEFAULT_SECONDS + pr.STAGE_OVERHEAD
+    assert seconds("report") == pr.DEFAULT_SECONDS
+
+
+def _recording_launcher(tmp_path: Path, fail: str | None = None):
+    """Each job appends its stages and thread count to a log; ``fail`` exits 3."""
+    log = tmp_path / "launched.jsonl"
+
+    def launch(stages, env, out):
+        record = json.dumps({"stages": stages, "threads": env["OMP_NUM_THREADS"]})
+        code = 3 if fail in stages else 0
+        script = (
+            f"import sys; open({str(log)!r}, 'a').write({record!r} + '\\n'); "
+            f"print('ran', {stages!r}); sys.exit({code})"
+        )
+        with out.open("wb") as handle:
+            return subprocess.Popen([sys.executable, "-c", script], stdout=handle)
+
+    return launch, log
+
+
+def test_jobs_start_after_what_they_need_and_share_the_cores(tmp_path: Path) -> None:
+    launch, log = _recording_launcher(tmp_path)
+    lines: list[str] = []
+    finished = pr.run_jobs(_jobs(), 2, launch, cores=4, report=lines.append)
+    assert len(finished) == 7 and all(f.returncode == 0 for f in finished)
+    launched = [json.loads(line) for line in log.read_text().splitlines()]
+    order = [record["stages"][0] for record in launched]
+    for before, after in [("fingerprint", "featurize@a"), ("fit-sampler", "train@x"),
+                          ("train@y", "report"), ("train@x", "report")]:  # fmt: skip
+        assert order.index(before) < order.index(after)
+    threads = {record["stages"][0]: int(record["threads"]) for record in launched}
+    # alone at the head of the graph: every core; two experiments side by side: half each
+    assert threads["fingerprint"] == 4 and threads["train@x"] == threads["train@y"] == 2
+    assert any("ran ['train@x', 'evaluate@x']" in line for line in lines)
+
+
+def test_a_failed_job_stops_what_depends_on_it_and_names_its_stages(tmp_path: Path) -> None:
+    launch, log = _recording_launcher(tmp_path, fail="fit-sampler")
+    with pytest.raises(pr.ReproError, match=r"fit-sampler failed \(exit 3\); 3 job\(s\) not run"):
+        pr.run_jobs(_jobs(), 2, launch, cores=2, report=lambda line: None)
+    launched = [json.loads(line)["stages"][0] for line in log.read_text().splitlines()]
+    assert "fit-sampler" in launched and "train@x" not in launched and "report" not in launched
+
+
+# --- through DVC ---------------------------------------------------------------------------
+
+# Each of the two stages leaves a mark, then waits for the other's: with one stage at a time
+# the first would wait out its 60 s and fail, so success means DVC ran them side by side.
+RENDEZVOUS = (
+    "import pathlib, sys, time; me, other, out = sys.argv[1:]; "
+    "marks = pathlib.Path('marks'); marks.mkdir(exist_ok=True); (marks / me).touch(); "
+    "deadline = time.time() + 60\n"
+    "while not (marks / other).exists():\n"
+    "    assert time.time() < deadline, 'ran alone'; time.sleep(0.05)\n"
+    "pathlib.Path(out).write_text(me)"
+)
+
+
+def _dvc_project(root: Path) -> dict[str, str]:
+    env = os.environ | {"DVC_NO_ANALYTICS": "1"}
+    (root / "rendezvous.py").write_text(RENDEZVOUS)
+    py = sys.executable
+    (root / "dvc.yaml").write_text(
+        f"""stages:
+  left:
+    cmd: {py} rendezvous.py left right left.txt
+    deps: [rendezvous.py]
+    outs: [left.txt]
+  right:
+    cmd: {py} rendezvous.py right left right.txt
+    deps: [rendezvous.py]
+    outs: [right.txt]
+  both:
+    cmd: {py} -c "import pathlib; p = pathlib.Path; p('both.txt').write_text(p('left.txt').read_text() + p('right.txt').read_text())"
+    deps: [left.txt, right.txt]
+    outs: [both.txt]
+"""
+    )
+    (root / ".gitignore").write_text("marks/\n")
+    for command in (["git", "init", "-q"], [py, "-m", "dvc", "init", "-q"]):
+        subprocess.run(command, cwd=root, env=env, check=True)
+    subprocess.run([py, "-m", "dvc", "config", "core.analytics", "false"], cwd=root, env=env, check=True)  # fmt: skip
+    return env
+
+
+def test_tailkit_repro_runs_independent_dvc_stages_side_by_side(tmp_path: Path) -> None:
+    env = _dvc_project(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "tailkit", "repro", "--jobs", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "both.txt").read_text() == "leftright"
+    assert "repro: done both" in result.stderr and "git add" not in result.stderr
+    status = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(status.stdout) == {}  # dvc.lock records every stage as a plain repro would
+    again = subprocess.run(
+        [sys.executable, "-m", "tailkit", "repro"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 0 and "Running stage" not in again.stderr
+
+
+def test_tailkit_repro_exits_non_zero_when_dvc_cannot_read_the_pipeline(tmp_path: Path) -> None:
+    env = _dvc_project(tmp_path)
+    (tmp_path / "dvc.yaml").write_text("stages: [not, a, mapping]\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tailkit", "repro"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2 and result.stderr.startswith("Error: dvc dag failed")
