@@ -537,7 +537,10 @@ def repro(targets: tuple[str, ...], jobs: int, force: bool) -> None:
             Path.cwd(), jobs, targets, force, report=partial(click.echo, err=True)
         )
     )
-    click.echo(f"repro: {len(finished)} jobs in {time.monotonic() - start:.0f} s", err=True)
+    ran = len(finished)
+    click.echo(
+        f"repro: {ran} job{'s' * (ran != 1)} run in {time.monotonic() - start:.0f} s", err=True
+    )
 
 
 @cli.command()

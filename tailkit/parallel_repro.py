@@ -11,7 +11,10 @@ one another with nothing branching in or out (``train@x`` then ``evaluate@x``) i
 and runs up to N jobs at once, each as one ``dvc repro --single-item`` process over its
 stages in order; a job starts when every job it depends on has finished. The result is the
 same ``dvc.lock`` and the same outputs as one ``dvc repro``: each stage still runs through
-DVC, which still skips what is up to date.
+DVC, which still skips what is up to date. Once the head of the graph has run (the code
+fingerprint, which always runs, is there), one ``dvc status`` says which stages can still
+change; the jobs without one of them are not started at all, so a run with nothing to do
+costs one DVC process for the head and one for the status, not one per job.
 
 Threads: a job gets ``cores // min(N, jobs that could run now)`` threads (OpenMP, MKL, BLAS
 and numba are told through their environment variables), so the chain at the head of the
@@ -229,17 +232,30 @@ def run_jobs(
     cores: int,
     report: Callable[[str], None] = print,
     poll_seconds: float = 0.05,
+    up_to_date: Callable[[set[int]], set[int]] | None = None,
 ) -> list[Finished]:
     """Run ``jobs`` on up to ``workers`` processes; after a failure no new job starts, the
-    running ones finish, and :class:`ReproError` names the failed stages with their output."""
+    running ones finish, and :class:`ReproError` names the failed stages with their output.
+
+    ``up_to_date``, called once when the jobs that need nothing (the head of the graph) have
+    finished, with their indices, returns the jobs that need not run at all; those are
+    skipped (and count as done for the jobs after them)."""
     priority = critical_seconds(jobs)
     waiting = set(range(len(jobs)))
     done: set[int] = set()
+    roots = {i for i, job in enumerate(jobs) if not job.needs}
     running: dict[int, tuple[subprocess.Popen, Path, float, int]] = {}
     finished: list[Finished] = []
     failed: list[Finished] = []
     with tempfile.TemporaryDirectory(prefix="tailkit-repro-") as logs:
         while waiting or running:
+            if up_to_date is not None and roots <= done:
+                skipped = up_to_date(set(roots)) & waiting
+                up_to_date = None
+                if skipped:
+                    report(f"repro: {len(skipped)} of {len(jobs)} jobs up to date")
+                waiting -= skipped
+                done |= skipped
             ready = sorted(
                 (i for i in waiting if jobs[i].needs <= done), key=lambda i: (-priority[i], i)
             )
@@ -290,10 +306,9 @@ def run_jobs(
     return finished
 
 
-def stage_graph(root: Path, targets: Iterable[str] = ()) -> tuple[list[str], dict[str, set[str]]]:
-    """The pipeline's stages and their upstream stages, as DVC sees them."""
+def _dvc_output(root: Path, *args: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "dvc", "dag", "--dot", *targets],
+        [sys.executable, "-m", "dvc", *args],
         cwd=root,
         capture_output=True,
         text=True,
@@ -301,8 +316,30 @@ def stage_graph(root: Path, targets: Iterable[str] = ()) -> tuple[list[str], dic
     )
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ReproError(f"dvc dag failed: {last}")
-    return parse_dot(result.stdout)
+        raise ReproError(f"dvc {args[0]} failed: {last}")
+    return result.stdout
+
+
+def unchanged_jobs(
+    jobs: list[Job], upstream: Mapping[str, set[str]], status: Mapping[str, object], ran: set[int]
+) -> set[int]:
+    """Jobs none of whose stages can change: not in ``dvc status`` (the stages of jobs in
+    ``ran`` have run, so their "always changed" no longer counts) and not downstream of a stage
+    that is. A status entry that names no stage of the graph (a ``.dvc`` file of another
+    pipeline, a name DVC spells otherwise) makes every job count as changed."""
+    stage_job = {stage: i for i, job in enumerate(jobs) for stage in job.stages}
+    if any(name not in stage_job for name in status):
+        return set()
+    changed = {name for name in status if stage_job[name] not in ran}
+    for stage in topological(list(stage_job), upstream):
+        if upstream[stage] & changed:
+            changed.add(stage)
+    return {i for i in range(len(jobs)) if i not in ran and not set(jobs[i].stages) & changed}
+
+
+def stage_graph(root: Path, targets: Iterable[str] = ()) -> tuple[list[str], dict[str, set[str]]]:
+    """The pipeline's stages and their upstream stages, as DVC sees them."""
+    return parse_dot(_dvc_output(root, "dag", "--dot", *targets))
 
 
 def reproduce(
@@ -313,6 +350,22 @@ def reproduce(
     report: Callable[[str], None] = print,
 ) -> list[Finished]:
     """``dvc repro [targets]`` with up to ``workers`` jobs at once (module docstring)."""
+    targets = list(targets)
     stages, upstream = stage_graph(root, targets)
     jobs = group_jobs(stages, upstream, recorded_seconds(root))
-    return run_jobs(jobs, workers, dvc_launcher(root, force), usable_cores(), report)
+
+    def up_to_date(ran: set[int]) -> set[int]:
+        # once the head (with the always-changed code fingerprint) has run, one `dvc status`
+        # says what else can change: a run with nothing to do then costs no DVC process a job
+        with_deps = ["--with-deps", *targets] if targets else []
+        status = json.loads(_dvc_output(root, "status", "--json", *with_deps) or "{}")
+        return unchanged_jobs(jobs, upstream, status, ran)
+
+    return run_jobs(
+        jobs,
+        workers,
+        dvc_launcher(root, force),
+        usable_cores(),
+        report,
+        up_to_date=None if force else up_to_date,
+    )

@@ -143,6 +143,34 @@ def test_a_failed_job_stops_what_depends_on_it_and_names_its_stages(tmp_path: Pa
     assert "fit-sampler" in launched and "train@x" not in launched and "report" not in launched
 
 
+def test_after_the_head_has_run_dvc_status_says_which_jobs_can_be_skipped() -> None:
+    stages, upstream = pr.parse_dot(DOT)
+    jobs = pr.group_jobs(stages, upstream, lambda stage: 1.0)
+    head = {0}  # fingerprint → download → subsample, which has just run
+    nothing = {"fingerprint": ["always changed"]}
+    assert pr.unchanged_jobs(jobs, upstream, nothing, head) == {1, 2, 3, 4, 5, 6}
+    one = nothing | {"train@y": [{"changed deps": {"params.yaml": "modified"}}]}
+    # train@y's job runs, and the report after it; the rest is up to date
+    assert pr.unchanged_jobs(jobs, upstream, one, head) == {1, 2, 3, 4}
+    feature = {"featurize@b": ["changed outs"]}
+    assert pr.unchanged_jobs(jobs, upstream, feature, head) == {1}  # all else is below it
+    assert pr.unchanged_jobs(jobs, upstream, {"other.dvc": ["changed outs"]}, head) == set()
+
+
+def test_skipped_jobs_count_as_done_for_the_jobs_after_them(tmp_path: Path) -> None:
+    launch, log = _recording_launcher(tmp_path)
+    lines: list[str] = []
+    pr.run_jobs(_jobs(), 2, launch, cores=2, report=lines.append, up_to_date=lambda ran: {1, 3, 4})
+    launched = [json.loads(line)["stages"][0] for line in log.read_text().splitlines()]
+    assert launched[0] == "fingerprint" and set(launched) == {
+        "fingerprint",
+        "featurize@b",
+        "train@y",
+        "report",
+    }
+    assert "repro: 3 of 7 jobs up to date" in lines
+
+
 # --- through DVC ---------------------------------------------------------------------------
 
 # Each of the two stages leaves a mark, then waits for the other's: with one stage at a time
@@ -217,6 +245,7 @@ def test_tailkit_repro_runs_independent_dvc_stages_side_by_side(tmp_path: Path) 
         check=False,
     )
     assert again.returncode == 0 and "Running stage" not in again.stderr
+    assert "repro: 1 of 3 jobs up to date" in again.stderr  # `both`: no DVC process for it
 
 
 def test_tailkit_repro_exits_non_zero_when_dvc_cannot_read_the_pipeline(tmp_path: Path) -> None:
