@@ -24,6 +24,8 @@ import numba
 import numpy as np
 import torch
 
+from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+
 
 @numba.njit(parallel=True, cache=True)
 def _update(table, acc, sorted_ids, order, starts, values, lr, eps, adagrad):  # pragma: no cover

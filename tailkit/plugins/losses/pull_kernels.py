@@ -26,6 +26,8 @@ import math
 import numba
 import numpy as np
 
+from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+
 
 @numba.njit(cache=True)
 def class_runs(sorted_labels):

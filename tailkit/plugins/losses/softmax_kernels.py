@@ -23,6 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.fastmath import CLAMP_F32, exp_neg_f32
 
 #: Independent running maxima: LLVM does not vectorise a max reduction written as one loop.

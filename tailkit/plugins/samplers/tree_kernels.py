@@ -22,6 +22,7 @@ import math
 import numba
 import numpy as np
 
+from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.fastmath import EXACT_ENOUGH, softplus_neg_f32
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
