@@ -154,12 +154,19 @@ def featurize(params_path: Path, sets: tuple[str, ...], quiet: bool) -> None:
 
 @cli.command("fit-sampler")
 @params_option
+@click.option(
+    "--sampler",
+    "keys",
+    multiple=True,
+    help="Key of params.samplers to fit (repeatable; `none`: the directory of experiments "
+    "without negatives) [default: every one, and none].",
+)
 @quiet_option
-def fit_sampler(params_path: Path, quiet: bool) -> None:
-    """Fit every sampler named in params.samplers."""
+def fit_sampler(params_path: Path, keys: tuple[str, ...], quiet: bool) -> None:
+    """Fit the samplers named in params.samplers (dvc.yaml runs one per stage)."""
     from tailkit.stages import fit_sampler as stage
 
-    timings = _guard(lambda: stage.run(*_context(params_path, quiet)))
+    timings = _guard(lambda: stage.run(*_context(params_path, quiet), list(keys) or None))
     fitted = ", ".join(f"{k} ({v['fit_seconds']:.2f} s)" for k, v in timings.items())
     _say(quiet, f"fit-sampler: {fitted or 'no samplers'}")
 

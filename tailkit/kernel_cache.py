@@ -59,6 +59,11 @@ def source_stamp(py_file: Path, package: Path = PACKAGE) -> str:
     return digest.hexdigest()
 
 
+def _cache_dir() -> str:
+    """``NUMBA_CACHE_DIR`` as numba read it (tailkit/__init__.py sets it), "" when unset."""
+    return getattr(config, "CACHE_DIR", "") or ""
+
+
 class ContentLocator(_CacheLocator):
     """Cache entries under ``$NUMBA_CACHE_DIR/by-content/<module's folder in the package>``,
     valid while the module's source stamp is unchanged."""
@@ -66,7 +71,7 @@ class ContentLocator(_CacheLocator):
     def __init__(self, py_func, py_file: Path, package: Path) -> None:
         self._lineno = py_func.__code__.co_firstlineno
         folder = py_file.parent.relative_to(package)
-        self._cache_path = os.path.join(config.CACHE_DIR, "by-content", *folder.parts)
+        self._cache_path = os.path.join(_cache_dir(), "by-content", *folder.parts)
         self._stamp = source_stamp(py_file, package)
 
     def get_cache_path(self) -> str:
@@ -80,7 +85,7 @@ class ContentLocator(_CacheLocator):
 
     @classmethod
     def from_function(cls, py_func, py_file):
-        if not config.CACHE_DIR:
+        if not _cache_dir():
             return None
         path = Path(py_file).resolve()
         if not path.is_relative_to(PACKAGE):
@@ -89,6 +94,6 @@ class ContentLocator(_CacheLocator):
 
 
 # numba 0.68 calls the class CacheImpl, earlier releases _CacheImpl
-_locators = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+_locators = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")  # noqa: B009
 if ContentLocator not in _locators._locator_classes:
     _locators._locator_classes.insert(0, ContentLocator)

@@ -81,12 +81,12 @@ class Layout:
         """Mean ± std of every metric over the training seeds (the ``seeds`` stage)."""
         return self.root / "metrics" / "seeds.json"
 
-    @property
-    def sampler_metrics(self) -> Path:
-        return self.root / "metrics" / "sampler.json"
+    def sampler_metrics(self, key: str) -> Path:
+        """A fitted sampler's log-likelihoods and fit report (``fit-sampler@<key>``)."""
+        return self.root / "metrics" / "sampler" / f"{key}.json"
 
     def timing(self, name: str) -> Path:
-        """Wall-clock times of a stage (``fit-sampler``, ``train/<exp>``, ``evaluate/<exp>``):
+        """Wall-clock times of a stage (``fit-sampler/<key>``, ``train/<exp>``, ``evaluate/<exp>``):
         leaf files that only the report reads, apart from the quality metrics so that
         ``dvc metrics diff --targets`` shows either alone."""
         return self.root / "metrics" / "timings" / f"{name}.json"

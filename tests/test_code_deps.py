@@ -18,6 +18,7 @@ STAGE_MODULES = {
     "subsample": "subsample",
     "featurize": "featurize",
     "fit-sampler": "fit_sampler",
+    "no-sampler": "fit_sampler",
     "train": "train",
     "evaluate": "evaluate",
     "train-decoupled": "train_decoupled",

@@ -81,7 +81,10 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
     curves = (tiny_project / "plots" / "report" / "curves.tsv").read_text().splitlines()
     assert curves[0].startswith("experiment\tstep\tseconds")
     assert {line.split("\t")[0] for line in curves[1:]} == set(TINY_EXPERIMENTS)
-    sampler = json.loads((tiny_project / "metrics" / "sampler.json").read_text())
+    sampler = {
+        key: json.loads((tiny_project / "metrics" / "sampler" / f"{key}.json").read_text())
+        for key in ("uniform", "tree")
+    }
     assert sampler["uniform"]["train_log_likelihood"] == pytest.approx(-3.4012, abs=1e-3)
     # The tree: 30 labels need depth 5; it models p(y|x) far better than uniform does.
     tree = sampler["tree"]

@@ -143,7 +143,7 @@ def exp_entry(rev: str, name: str | None, raw: dict | None, accs: dict[str, floa
             "rev": rev,
             "params": {"params.yaml": {"data": raw}},
             "metrics": {f"metrics/{k}.json": {"data": metrics(a)} for k, a in accs.items()}
-            | {"metrics/sampler.json": {"data": {"uniform": {"fit_seconds": 0.1}}}},
+            | {"metrics/sampler/uniform.json": {"data": {"uniform": {"fit_seconds": 0.1}}}},
         }
     return {"rev": rev, "name": name, "data": data, "error": None, "experiments": None}
 

@@ -143,7 +143,7 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
         "data/models/adversarial/model.safetensors",
         "data/models/plugged/model.json",
         "metrics/adversarial.json",
-        "metrics/sampler.json",
+        "metrics/sampler/tree.json",
         "plots/classes/softmax.tsv",
     ):
         assert path in before and path not in differ

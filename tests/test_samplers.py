@@ -312,7 +312,7 @@ def test_registered_with_options_validated() -> None:
 
 def test_fit_sampler_reports_labels_the_proposal_cannot_draw() -> None:
     """A unigram proposal without smoothing gives q = 0 to a label unseen in training; the
-    mean log q of rows with it is −∞, which sampler.json reports as None with their count
+    mean log q of rows with it is −∞, which metrics/sampler/<key>.json reports as None with their count
     (JSON has no −∞: the stage used to fail writing it)."""
     from tailkit.plugins.samplers.unigram import UnigramSampler
     from tailkit.stages.fit_sampler import mean_log_prob

@@ -9,7 +9,7 @@ import closure (:mod:`tailkit.codehash`):
 
 * ``fingerprints/dataset.json``: what download, subsample and every featurize@ depend on;
 * ``fingerprints/featurizers/<set>.json``: the featurizer of each feature set (featurize@<set>);
-* ``fingerprints/samplers.json``: every sampler of ``params.samplers`` (fit-sampler);
+* ``fingerprints/samplers/<key>.json``: each sampler of ``params.samplers`` (fit-sampler@<key>);
 * ``fingerprints/experiments/<experiment>.json``: the experiment's loss, model and sampler
   (train@ and evaluate@ of that experiment);
 * ``fingerprints/stages/<module>.json``: the core files each stage module imports (its import
@@ -42,11 +42,9 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     def named(kind: str, spec: dict[str, Any], key: str) -> dict[str, Any]:
         return component_fingerprint(registry.get(kind, spec.get("name"), f"{key}.name"))
 
-    records: dict[str, Any] = {
-        "dataset": named("datasets", params.dataset, "dataset"),
-        "samplers": {
-            key: named("samplers", spec, f"samplers.{key}") for key, spec in params.samplers.items()
-        },
+    records: dict[str, Any] = {"dataset": named("datasets", params.dataset, "dataset")}
+    samplers = {
+        key: named("samplers", spec, f"samplers.{key}") for key, spec in params.samplers.items()
     }
     featurizers = {
         key: named("featurizers", spec, f"featurize.{key}")
@@ -59,11 +57,19 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
             write_json(tmp / f"{name}.json", record)
         for key, record in featurizers.items():
             write_json(tmp / "featurizers" / f"{key}.json", record)
+        for key, record in samplers.items():
+            write_json(tmp / "samplers" / f"{key}.json", record)
         for name, record in experiments.items():
             write_json(tmp / "experiments" / f"{name}.json", record)
         for name, record in stages.items():
             write_json(tmp / "stages" / f"{name}.json", record)
-    return {**records, "featurizers": featurizers, "experiments": experiments, "stages": stages}
+    return {
+        **records,
+        "featurizers": featurizers,
+        "samplers": samplers,
+        "experiments": experiments,
+        "stages": stages,
+    }
 
 
 def stage_modules() -> list[str]:

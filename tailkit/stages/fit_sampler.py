@@ -1,15 +1,18 @@
-"""Stage ``fit-sampler``: fit every named sampler of ``params.samplers`` on the training split
-of its feature set (the sampler's ``features:`` key; default the first set of
-``params.featurize``).
+"""Stages ``fit-sampler@<key>``: fit one named sampler of ``params.samplers`` on the training
+split of its feature set (the sampler's ``features:`` key; default the first set of
+``params.featurize``); and ``no-sampler``, which writes ``data/sampler/none/``.
 
 Each lands in ``data/sampler/<key>/`` (its config and fitted state); ``data/sampler/none/``
 stands for experiments without negatives, so every ``train@<experiment>`` can depend on exactly
-its own sampler directory. ``metrics/sampler.json`` records, per sampler, the mean log q(y|x)
-of the true labels on the training and validation splits (log-likelihood per example), plus
-whatever the sampler's ``fit_report()`` adds (the tree: depth, k, split rule, discrete rounds
-and Newton steps). Times (the fit, and the report's ``*_seconds`` keys: the tree's PCA and
-tree-fit seconds) go to ``metrics/timings/fit-sampler.json`` only, so the quality metrics and
-the sampler state are the same bytes on every run.
+its own sampler directory. One stage per sampler, so that an experiment waits only for its own
+sampler (the tree's PCA and fit take a minute on the default, and hours at 10^6 labels, while
+the experiments without negatives need none) and editing one sampler's code re-fits that one.
+``metrics/sampler/<key>.json`` records the mean log q(y|x) of the true labels on the training
+and validation splits (log-likelihood per example), plus whatever the sampler's
+``fit_report()`` adds (the tree: depth, k, split rule, discrete rounds and Newton steps). Times
+(the fit, and the report's ``*_seconds`` keys: the tree's PCA and tree-fit seconds) go to
+``metrics/timings/fit-sampler/<key>.json`` only, so the quality metrics and the sampler state
+are the same bytes on every run.
 
 Multi-label rows are fitted as their (row, label) pairs, the pick-all-labels reduction training
 uses (:mod:`tailkit.labels`): a label's unigram count is the rows carrying it, and a conditional
@@ -28,7 +31,7 @@ from tailkit.artifacts import save_sampler
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import read_features
 from tailkit.components import Sampler
-from tailkit.errors import DataValidationError
+from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.labels import LabelSets
 from tailkit.metrics_file import write_metrics
 from tailkit.params import NO_SAMPLER, Params
@@ -71,7 +74,18 @@ def fit(sampler: Sampler, x: torch.Tensor, labels: torch.Tensor | LabelSets, num
     sampler.fit(features, y, num_classes)
 
 
-def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
+def run(
+    params: Params, layout: Layout, registry: Registry, keys: list[str] | None = None
+) -> dict[str, Any]:
+    """Fit the samplers ``keys`` (every one of ``params.samplers`` and ``none`` if None);
+    returns each fitted sampler's timings."""
+    if keys is None:
+        keys = [*params.samplers, NO_SAMPLER]
+    if unknown := [k for k in keys if k != NO_SAMPLER and k not in params.samplers]:
+        raise InvalidParameterError(
+            f"fit-sampler: no sampler {unknown[0]!r} in params.samplers "
+            f"(known: {', '.join([*params.samplers, NO_SAMPLER])})"
+        )
     loaded: dict[str, tuple[dict[str, Any], Any, Any]] = {}
 
     def feature_set(key: str) -> tuple[dict[str, Any], Any, Any]:
@@ -85,44 +99,41 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
             )
         return loaded[key]
 
-    samplers = {
-        key: registry.build("samplers", spec, f"samplers.{key}")
-        for key, spec in params.samplers.items()
-    }
-    report: dict[str, Any] = {}
     timings: dict[str, Any] = {}
-    with atomic_dir(layout.samplers) as tmp:
-        _write_config(tmp / NO_SAMPLER, {"name": NO_SAMPLER})
-        for key, sampler in each(samplers.items(), "fit-sampler", unit="sampler"):
-            meta, train, val = feature_set(params.sampler_features[key])
-            start = time.perf_counter()
-            try:
-                fit(sampler, train.x, train.labels, meta["num_classes"])
-            except (ValueError, TypeError) as exc:
-                raise DataValidationError(f"samplers.{key}: fit failed: {exc}") from exc
-            fit_seconds = time.perf_counter() - start
-            _write_config(
-                tmp / key, {**params.samplers[key], "features": params.sampler_features[key]}
-            )
-            save_sampler(tmp / key, sampler)
-            # A model-based proposal is the model itself: there is nothing to score before training.
-            scored = sampler.conditions_on == "input"
-            fitted = sampler.fit_report()
-            report[key] = {f"{split}_log_likelihood": None for split in ("train", "val")} | {
-                k: v for k, v in fitted.items() if not k.endswith(TIMING_SUFFIX)
-            }
-            for split, table in (("train", train), ("val", val)):
-                if scored:
-                    mean, impossible = mean_log_prob(sampler, table.x, table.labels)
-                    report[key][f"{split}_log_likelihood"] = mean
-                    if impossible:
-                        report[key][f"{split}_rows_with_q_zero"] = impossible
-            timings[key] = {
-                "fit_seconds": round(fit_seconds, 4),
-                **{k: v for k, v in fitted.items() if k.endswith(TIMING_SUFFIX)},
-            }
-    write_metrics(layout.sampler_metrics, report)
-    write_json(layout.timing("fit-sampler"), timings)
+    for key in each(keys, "fit-sampler", unit="sampler"):
+        if key == NO_SAMPLER:
+            with atomic_dir(layout.sampler(NO_SAMPLER)) as tmp:
+                _write_config(tmp, {"name": NO_SAMPLER})
+            continue
+        sampler = registry.build("samplers", params.samplers[key], f"samplers.{key}")
+        meta, train, val = feature_set(params.sampler_features[key])
+        start = time.perf_counter()
+        try:
+            fit(sampler, train.x, train.labels, meta["num_classes"])
+        except (ValueError, TypeError) as exc:
+            raise DataValidationError(f"samplers.{key}: fit failed: {exc}") from exc
+        fit_seconds = time.perf_counter() - start
+        with atomic_dir(layout.sampler(key)) as tmp:
+            _write_config(tmp, {**params.samplers[key], "features": params.sampler_features[key]})
+            save_sampler(tmp, sampler)
+        # A model-based proposal is the model itself: there is nothing to score before training.
+        scored = sampler.conditions_on == "input"
+        fitted = sampler.fit_report()
+        report = {f"{split}_log_likelihood": None for split in ("train", "val")} | {
+            k: v for k, v in fitted.items() if not k.endswith(TIMING_SUFFIX)
+        }
+        for split, table in (("train", train), ("val", val)):
+            if scored:
+                mean, impossible = mean_log_prob(sampler, table.x, table.labels)
+                report[f"{split}_log_likelihood"] = mean
+                if impossible:
+                    report[f"{split}_rows_with_q_zero"] = impossible
+        timings[key] = {
+            "fit_seconds": round(fit_seconds, 4),
+            **{k: v for k, v in fitted.items() if k.endswith(TIMING_SUFFIX)},
+        }
+        write_metrics(layout.sampler_metrics(key), report)
+        write_json(layout.timing(f"fit-sampler/{key}"), timings[key])
     return timings
 
 
