@@ -162,8 +162,9 @@ class Sampler:
         """Fit on the training split. ``labels`` is (N,) int64; features (N, D) or None."""
 
     def fit_report(self) -> dict[str, Any]:
-        """Facts about the fit for ``metrics/sampler.json`` (JSON values); none by default.
-        Keys ending in ``_seconds`` are times: they go to ``metrics/timings/fit-sampler.json``
+        """Facts about the fit for ``metrics/sampler/<key>.json`` (JSON values); none by
+        default. Keys ending in ``_seconds`` are times: they go to
+        ``metrics/timings/fit-sampler/<key>.json``
         and must stay out of ``state_dict()``, whose bytes must not change between runs."""
         return {}
 

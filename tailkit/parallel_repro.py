@@ -165,18 +165,24 @@ def critical_seconds(jobs: list[Job]) -> list[float]:
 
 
 def recorded_seconds(root: Path) -> Callable[[str], float]:
-    """Expected seconds of a stage: a training stage's last recorded loop plus its overhead."""
+    """Expected seconds of a stage: a training stage's last recorded loop plus its overhead, a
+    sampler's last recorded fit plus a stage's usual few seconds."""
+
+    def recorded(path: Path, key: str) -> float | None:
+        try:
+            return float(json.loads(path.read_text())[key])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def seconds(stage: str) -> float:
-        kind, _, experiment = stage.partition("@")
-        if kind == "train" and experiment:
-            try:
-                loop = json.loads(
-                    (root / "metrics/timings/train" / f"{experiment}.json").read_text()
-                )
-                return float(loop["seconds"]) + STAGE_OVERHEAD
-            except (OSError, ValueError, KeyError, TypeError):
-                return DEFAULT_SECONDS + STAGE_OVERHEAD
+        kind, _, item = stage.partition("@")
+        timings = root / "metrics" / "timings"
+        if kind == "train" and item:
+            loop = recorded(timings / "train" / f"{item}.json", "seconds")
+            return (loop if loop is not None else DEFAULT_SECONDS) + STAGE_OVERHEAD
+        if kind == "fit-sampler" and item:
+            fit = recorded(timings / "fit-sampler" / f"{item}.json", "fit_seconds")
+            return (fit or 0.0) + DEFAULT_SECONDS
         return DEFAULT_SECONDS
 
     return seconds

@@ -96,8 +96,12 @@ def test_the_longest_chain_of_work_goes_first() -> None:
 def test_recorded_training_seconds_set_the_expected_cost(tmp_path: Path) -> None:
     (tmp_path / "metrics/timings/train").mkdir(parents=True)
     (tmp_path / "metrics/timings/train/x.json").write_text(json.dumps({"seconds": 40.0}))
+    (tmp_path / "metrics/timings/fit-sampler").mkdir(parents=True)
+    (tmp_path / "metrics/timings/fit-sampler/tree.json").write_text('{"fit_seconds": 30.0}')
     seconds = pr.recorded_seconds(tmp_path)
     assert seconds("train@x") == 40 + pr.STAGE_OVERHEAD
+    assert seconds("fit-sampler@tree") == 30 + pr.DEFAULT_SECONDS
+    assert seconds("fit-sampler@uniform") == pr.DEFAULT_SECONDS
     assert seconds("train@y") == pr.DEFAULT_SECONDS + pr.STAGE_OVERHEAD
     assert seconds("report") == pr.DEFAULT_SECONDS
 

@@ -358,3 +358,22 @@ def test_all_leaves_values_do_not_depend_on_the_rows_or_labels_asked(sampler) ->
         assert torch.equal(sampler.log_prob_all(x[lo:hi]), every[lo:hi])
     labels = torch.tensor([C - 1, 0, 7, 7, 3])
     assert torch.equal(sampler.log_prob(x, labels), every[:, labels])
+
+
+def test_whitened_pca_does_not_depend_on_blas_threads() -> None:
+    """The fit pins BLAS to one thread: given two threads or one, the same bytes (a threaded
+    dot product sums in another order; tailkit repro gives a sampler's fit either)."""
+    import scipy.sparse as sp
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(3)
+    sparse = sp.random(4000, 60000, density=4e-4, format="csr", random_state=rng)
+    dense = rng.standard_normal((20000, 96))
+    for x in (sparse, dense):
+        fits = []
+        for threads in (2, 1):
+            with threadpool_limits(limits=threads):
+                pca = WhitenedPCA(8).fit(x)
+                fits.append((pca.mean.tobytes(), pca.transform_matrix.tobytes(),
+                             pca.transform(x[:500]).tobytes()))  # fmt: skip
+        assert fits[0] == fits[1]

@@ -113,21 +113,23 @@ def run(
         except (ValueError, TypeError) as exc:
             raise DataValidationError(f"samplers.{key}: fit failed: {exc}") from exc
         fit_seconds = time.perf_counter() - start
+        # saved before it is scored (as its state was fitted), published only after: a failure
+        # leaves no sampler behind
         with atomic_dir(layout.sampler(key)) as tmp:
             _write_config(tmp, {**params.samplers[key], "features": params.sampler_features[key]})
             save_sampler(tmp, sampler)
-        # A model-based proposal is the model itself: there is nothing to score before training.
-        scored = sampler.conditions_on == "input"
-        fitted = sampler.fit_report()
-        report = {f"{split}_log_likelihood": None for split in ("train", "val")} | {
-            k: v for k, v in fitted.items() if not k.endswith(TIMING_SUFFIX)
-        }
-        for split, table in (("train", train), ("val", val)):
-            if scored:
-                mean, impossible = mean_log_prob(sampler, table.x, table.labels)
-                report[f"{split}_log_likelihood"] = mean
-                if impossible:
-                    report[f"{split}_rows_with_q_zero"] = impossible
+            # A model-based proposal is the model itself: nothing to score before training.
+            scored = sampler.conditions_on == "input"
+            fitted = sampler.fit_report()
+            report = {f"{split}_log_likelihood": None for split in ("train", "val")} | {
+                k: v for k, v in fitted.items() if not k.endswith(TIMING_SUFFIX)
+            }
+            for split, table in (("train", train), ("val", val)):
+                if scored:
+                    mean, impossible = mean_log_prob(sampler, table.x, table.labels)
+                    report[f"{split}_log_likelihood"] = mean
+                    if impossible:
+                        report[f"{split}_rows_with_q_zero"] = impossible
         timings[key] = {
             "fit_seconds": round(fit_seconds, 4),
             **{k: v for k, v in fitted.items() if k.endswith(TIMING_SUFFIX)},

@@ -11,12 +11,20 @@ standardising a column that is non-zero in three rows of 10^5 would multiply it 
 let the rarest columns span the tree's space, and it would densify the matrix. scikit-learn's
 PCA centres sparse input implicitly (ARPACK on the centred operator), so x̃ = Λ^(−1/2) Vᵀ (x − μ)
 is computed without a dense N × D copy.
+
+BLAS runs on one thread here, whatever the process was given: a multi-threaded BLAS splits its
+dot products and matrix-vector products between threads, so their sums, and with them the
+components, the tree fitted on them and every model trained with its negatives, would change
+in the 11th digit with the thread count (``tailkit repro`` runs a sampler's fit on one thread
+or on all, depending on what runs beside it). The fit is dominated by sparse products, which
+scipy runs on one thread anyway.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
 # scikit-learn is imported in the fits, not here: its import (~2 s, mostly scipy.stats) would
 # otherwise be paid by every command that loads the sampler registry, train and evaluate too.
@@ -35,6 +43,10 @@ class WhitenedPCA:
         return 0 if self.transform_matrix is None else self.transform_matrix.shape[0]
 
     def fit(self, features: np.ndarray | sp.csr_matrix) -> WhitenedPCA:
+        with threadpool_limits(limits=1, user_api="blas"):  # module docstring
+            return self._fit(features)
+
+    def _fit(self, features: np.ndarray | sp.csr_matrix) -> WhitenedPCA:
         if sp.issparse(features):
             return self._fit_sparse(sp.csr_matrix(features, dtype=np.float64))
         x = np.asarray(features)
@@ -75,9 +87,16 @@ class WhitenedPCA:
         """(N, k) float32 whitened features."""
         if self.mean is None or self.transform_matrix is None:
             raise RuntimeError("WhitenedPCA: call fit first")
+        with threadpool_limits(limits=1, user_api="blas"):  # module docstring
+            return self._transform(features, self.mean, self.transform_matrix)
+
+    @staticmethod
+    def _transform(
+        features: np.ndarray | sp.csr_matrix, mean: np.ndarray, transform_matrix: np.ndarray
+    ) -> np.ndarray:
         if sp.issparse(features):  # x·Tᵀ − μ·Tᵀ: centring a sparse matrix would densify it
-            t = self.transform_matrix.T
-            out = sp.csr_matrix(features, dtype=np.float64) @ t - self.mean @ t
+            t = transform_matrix.T
+            out = sp.csr_matrix(features, dtype=np.float64) @ t - mean @ t
             return np.asarray(out, dtype=np.float32)
-        out = (np.asarray(features, dtype=np.float64) - self.mean) @ self.transform_matrix.T
+        out = (np.asarray(features, dtype=np.float64) - mean) @ transform_matrix.T
         return out.astype(np.float32)
