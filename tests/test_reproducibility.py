@@ -187,15 +187,16 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
     ran = _stages_run(run(["dvc", "repro"], project, **env).stdout)
     assert ran == ["fingerprint", "seeds", "report"]
 
-    # one feature set's options re-run that set and the experiments on it; the samplers are
-    # refitted (fit-sampler reads every set) to the same bytes, so the tree's experiment stays
+    # one feature set's options re-run that set and the experiments on it; the sampler is
+    # refitted (fit-sampler@<key> reads every set) to the same bytes, so the tree's experiment
+    # stays
     spec = yaml.safe_load((project / "params.yaml").read_text())
     spec["featurize"]["wide"]["bandwidth"] = 0.5
     (project / "params.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     assert set(_stages_run(run(["dvc", "repro"], project, **env).stdout)) == {
         "fingerprint",
         "featurize@wide",
-        "fit-sampler",
+        "fit-sampler@tree",
         "train@softmax-wide",
         "evaluate@softmax-wide",
         "seeds",  # its metrics moved, so the aggregate over seeds is rebuilt

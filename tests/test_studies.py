@@ -195,7 +195,8 @@ def test_study_runs_end_to_end(path: Path, tmp_path: Path, monkeypatch) -> None:
         featurize.run(params, layout, registry, key)
     if params.samplers:
         fit_sampler.run(params, layout, registry)
-        json.loads(layout.sampler_metrics.read_text())  # strict JSON
+        for key in params.samplers:
+            json.loads(layout.sampler_metrics(key).read_text())  # strict JSON
     for name in params.experiments:  # the decoupled runs last, after their first stages
         stage = train_decoupled if params.experiment(name).decoupled else train
         stage.run(params, layout, registry, name)
