@@ -216,17 +216,23 @@ def _dvc_project(root: Path) -> dict[str, str]:
     return env
 
 
-def test_tailkit_repro_runs_independent_dvc_stages_side_by_side(tmp_path: Path) -> None:
-    env = _dvc_project(tmp_path)
-    result = subprocess.run(
-        [sys.executable, "-m", "tailkit", "repro", "--jobs", "2"],
-        cwd=tmp_path,
+def _tailkit_repro(
+    root: Path, env: dict[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tailkit", "repro", *args],
+        cwd=root,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
+
+
+def test_tailkit_repro_runs_independent_dvc_stages_side_by_side(tmp_path: Path) -> None:
+    env = _dvc_project(tmp_path)
+    result = _tailkit_repro(tmp_path, env, "--jobs", "2")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "both.txt").read_text() == "leftright"
     assert "repro: done both" in result.stderr and "git add" not in result.stderr
@@ -239,15 +245,7 @@ def test_tailkit_repro_runs_independent_dvc_stages_side_by_side(tmp_path: Path) 
         check=True,
     )
     assert json.loads(status.stdout) == {}  # dvc.lock records every stage as a plain repro would
-    again = subprocess.run(
-        [sys.executable, "-m", "tailkit", "repro"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    again = _tailkit_repro(tmp_path, env)
     assert again.returncode == 0 and "Running stage" not in again.stderr
     assert "repro: 1 of 3 jobs up to date" in again.stderr  # `both`: no DVC process for it
 
@@ -255,13 +253,5 @@ def test_tailkit_repro_runs_independent_dvc_stages_side_by_side(tmp_path: Path) 
 def test_tailkit_repro_exits_non_zero_when_dvc_cannot_read_the_pipeline(tmp_path: Path) -> None:
     env = _dvc_project(tmp_path)
     (tmp_path / "dvc.yaml").write_text("stages: [not, a, mapping]\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "tailkit", "repro"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = _tailkit_repro(tmp_path, env, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("Error: dvc dag failed")
