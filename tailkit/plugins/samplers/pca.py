@@ -43,6 +43,10 @@ class WhitenedPCA:
         return 0 if self.transform_matrix is None else self.transform_matrix.shape[0]
 
     def fit(self, features: np.ndarray | sp.csr_matrix) -> WhitenedPCA:
+        # threadpoolctl limits the BLAS libraries loaded when it starts: scikit-learn's import
+        # loads scipy's own OpenBLAS (ARPACK's), so it comes first
+        import sklearn.decomposition  # noqa: F401
+
         with threadpool_limits(limits=1, user_api="blas"):  # module docstring
             return self._fit(features)
 
@@ -88,15 +92,9 @@ class WhitenedPCA:
         if self.mean is None or self.transform_matrix is None:
             raise RuntimeError("WhitenedPCA: call fit first")
         with threadpool_limits(limits=1, user_api="blas"):  # module docstring
-            return self._transform(features, self.mean, self.transform_matrix)
-
-    @staticmethod
-    def _transform(
-        features: np.ndarray | sp.csr_matrix, mean: np.ndarray, transform_matrix: np.ndarray
-    ) -> np.ndarray:
-        if sp.issparse(features):  # x·Tᵀ − μ·Tᵀ: centring a sparse matrix would densify it
-            t = transform_matrix.T
-            out = sp.csr_matrix(features, dtype=np.float64) @ t - mean @ t
-            return np.asarray(out, dtype=np.float32)
-        out = (np.asarray(features, dtype=np.float64) - mean) @ transform_matrix.T
+            if sp.issparse(features):  # x·Tᵀ − μ·Tᵀ: centring a sparse matrix would densify it
+                t = self.transform_matrix.T
+                out = sp.csr_matrix(features, dtype=np.float64) @ t - self.mean @ t
+                return np.asarray(out, dtype=np.float32)
+            out = (np.asarray(features, dtype=np.float64) - self.mean) @ self.transform_matrix.T
         return out.astype(np.float32)
