@@ -8,6 +8,9 @@ planted hierarchy, and the tables against the depth-2 worked vector of algorithm
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import numba
 import numpy as np
@@ -15,6 +18,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from tailkit.parallel_repro import THREAD_VARIABLES
 from tailkit.plugins.samplers.pca import WhitenedPCA
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.tree_fit import fit_tree, newton_fit, tree_depth
@@ -377,3 +381,40 @@ def test_whitened_pca_does_not_depend_on_blas_threads() -> None:
                 fits.append((pca.mean.tobytes(), pca.transform_matrix.tobytes(),
                              pca.transform(x[:500]).tobytes()))  # fmt: skip
         assert fits[0] == fits[1]
+
+
+_PCA_IN_A_FRESH_PROCESS = """
+import hashlib
+import numpy as np
+import scipy.sparse as sp
+from tailkit.plugins.samplers.pca import WhitenedPCA
+
+rng = np.random.default_rng(3)
+x = sp.random(4000, 60000, density=4e-4, format="csr", random_state=rng)
+# k = 16, the default tree's: with k = 8 the two thread counts agreed even without the fix
+pca = WhitenedPCA(16).fit(x)
+digest = hashlib.sha256()
+for part in (pca.mean, pca.transform_matrix, pca.transform(x[:500])):
+    digest.update(np.ascontiguousarray(part).tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_whitened_pca_ignores_thread_variables_in_a_fresh_process() -> None:
+    """As above, in the state a stage starts in: a new process whose thread variables say one
+    thread or two, and no scikit-learn imported yet. threadpoolctl limits only the BLAS
+    libraries already loaded, so a limit set before scikit-learn's import (which brings
+    ARPACK's OpenBLAS) left the sparse fit on two threads; the in-process test above cannot
+    see that, pytest having imported scikit-learn long before."""
+    digests = []
+    for threads in ("2", "1"):
+        env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, threads)}
+        out = subprocess.run(
+            [sys.executable, "-c", _PCA_IN_A_FRESH_PROCESS],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        digests.append(out.stdout.strip())
+    assert digests[0] == digests[1]
