@@ -14,7 +14,8 @@ same ``dvc.lock`` and the same outputs as one ``dvc repro``: each stage still ru
 DVC, which still skips what is up to date. Once the head of the graph has run (the code
 fingerprint, which always runs, is there), one ``dvc status`` says which stages can still
 change; the jobs without one of them are not started at all, so a run with nothing to do
-costs one DVC process for the head and one for the status, not one per job.
+costs one DVC process for the head and one for the status, not one per job. After a whole
+pipeline's run, ``dvc.lock`` loses the entries of stages that are gone from it (:func:`prune_lock`).
 
 Threads: a job gets ``cores // min(N, jobs that could run now)`` threads (OpenMP, MKL, BLAS
 and numba are told through their environment variables), so the chain at the head of the
@@ -367,7 +368,7 @@ def reproduce(
         status = json.loads(_dvc_output(root, "status", "--json", *with_deps) or "{}")
         return unchanged_jobs(jobs, upstream, status, ran)
 
-    return run_jobs(
+    finished = run_jobs(
         jobs,
         workers,
         dvc_launcher(root, force),
@@ -375,3 +376,33 @@ def reproduce(
         report,
         up_to_date=None if force else up_to_date,
     )
+    if not targets:
+        gone = prune_lock(root, stages)
+        if gone:
+            report(f"repro: dropped from dvc.lock, no longer in the pipeline: {', '.join(gone)}")
+    return finished
+
+
+def prune_lock(root: Path, stages: Iterable[str]) -> list[str]:
+    """Drop the ``dvc.lock`` entries of stages the pipeline no longer has; their names.
+
+    ``dvc repro`` rewrites the entries of the stages it runs and never removes one: a stage
+    that left ``dvc.yaml`` (an experiment or sampler deleted from ``params.yaml``, whose
+    ``foreach`` then generates no stage for it) keeps a lock entry naming outputs nobody
+    produces any more, and ``dvc remove`` cannot reach a generated stage. The file is
+    rewritten with DVC's own round-trip YAML, so what remains keeps DVC's formatting.
+    """
+    import yaml
+    from dvc.utils.serialize import modify_yaml
+
+    lock = root / "dvc.lock"
+    if not lock.exists():
+        return []
+    current = set(stages)
+    entries = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+    gone = sorted(name for name in entries if name not in current)
+    if gone:  # otherwise the file is left as DVC wrote it, not even rewritten
+        with modify_yaml(lock) as data:
+            for name in gone:
+                del data["stages"][name]
+    return gone

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tailkit import parallel_repro as pr
 
@@ -248,6 +249,19 @@ def test_tailkit_repro_runs_independent_dvc_stages_side_by_side(tmp_path: Path) 
     again = _tailkit_repro(tmp_path, env)
     assert again.returncode == 0 and "Running stage" not in again.stderr
     assert "repro: 1 of 3 jobs up to date" in again.stderr  # `both`: no DVC process for it
+    # a stage taken out of the pipeline leaves dvc.lock too (dvc repro alone would keep it)
+    lock = tmp_path / "dvc.lock"
+    assert "both" in yaml.safe_load(lock.read_text())["stages"]
+    pipeline = yaml.safe_load((tmp_path / "dvc.yaml").read_text())
+    del pipeline["stages"]["both"]
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    kept = lock.read_text()
+    pruned = _tailkit_repro(tmp_path, env)
+    assert pruned.returncode == 0, pruned.stderr
+    assert "dropped from dvc.lock, no longer in the pipeline: both" in pruned.stderr
+    before, after = yaml.safe_load(kept)["stages"], yaml.safe_load(lock.read_text())["stages"]
+    assert after == {name: before[name] for name in ("left", "right")}
+    assert lock.read_text().startswith("schema: '2.0'\n")  # still DVC's own layout
 
 
 def test_tailkit_repro_exits_non_zero_when_dvc_cannot_read_the_pipeline(tmp_path: Path) -> None:
