@@ -12,7 +12,7 @@ from tailkit.plugins.models.sparse import SparseLinear
 from tailkit.sparse import SparseRows
 from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
 from tailkit.training.output_layer import OutputLayer
-from tailkit.training.sparse_rows import _torch_update, apply_sparse_step
+from tailkit.training.sparse_rows import _torch_update, apply_dense_adagrad, apply_sparse_step
 
 ROWS, WIDTH = 500, 12
 
@@ -191,3 +191,57 @@ def test_sgd_with_momentum_leaves_the_table_to_torch() -> None:
         OutputLayer(7, WIDTH), list(encoder.parameters()), sparse_tables=[encoder.embed.weight]
     )
     assert plain.sparse_tables == [encoder.embed.weight] and plain.dense is None
+
+
+def _dense_case(dtype: torch.dtype, shape: tuple[int, ...] = (300, 17)):
+    g = torch.Generator().manual_seed(5)
+    table = torch.randn(shape, generator=g, dtype=dtype)
+    acc = torch.rand(shape, generator=g, dtype=dtype) * 1e-3
+    grads = [torch.randn(shape, generator=g, dtype=dtype) * 1e-2 for _ in range(4)]
+    return table, acc, grads
+
+
+@pytest.mark.parametrize("shape", [(300, 17), (300,)])  # an output layer's weights, its biases
+def test_dense_adagrad_follows_the_formula_in_float64(shape: tuple[int, ...]) -> None:
+    table, acc, grads = _dense_case(torch.float64, shape)
+    w, a = table.numpy().copy(), acc.numpy().copy()
+    for grad in grads:
+        a += grad.numpy() ** 2
+        w -= 0.3 * grad.numpy() / (np.sqrt(a) + 1e-10)
+        apply_dense_adagrad(table, acc, grad, 0.3, 1e-10)
+    np.testing.assert_allclose(table.numpy(), w, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(acc.numpy(), a, rtol=1e-13, atol=0)
+
+
+def test_dense_adagrad_equals_torch_adagrad_in_float32_and_its_own_torch_path() -> None:
+    table, acc, grads = _dense_case(torch.float32)
+    param = torch.nn.Parameter(table.clone())
+    reference = torch.optim.Adagrad([param], lr=0.3, eps=1e-10)
+    reference.state[param]["sum"].copy_(acc)
+    fallback_table, fallback_acc = table.clone(), acc.clone()
+    for grad in grads:
+        apply_dense_adagrad(table, acc, grad, 0.3, 1e-10)
+        param.grad = grad.clone()
+        reference.step()
+        # the torch ops the kernel replaces (the path off the CPU)
+        fallback_acc.addcmul_(grad, grad)
+        fallback_table.addcdiv_(grad, fallback_acc.sqrt().add_(1e-10), value=-0.3)
+    for other, other_acc in ((param.detach(), reference.state[param]["sum"]), (fallback_table, fallback_acc)):  # fmt: skip
+        torch.testing.assert_close(table, other, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(acc, other_acc, rtol=1e-6, atol=0)
+
+
+def test_dense_adagrad_does_not_depend_on_the_thread_count() -> None:
+    results = []
+    threads = numba.get_num_threads()
+    try:
+        for n in sorted({1, threads}):
+            numba.set_num_threads(n)
+            table, acc, grads = _dense_case(torch.float32, (2000, 64))
+            for grad in grads:
+                apply_dense_adagrad(table, acc, grad, 0.1, 1e-10)
+            results.append((table, acc))
+    finally:
+        numba.set_num_threads(threads)
+    for table, acc in results[1:]:
+        assert torch.equal(table, results[0][0]) and torch.equal(acc, results[0][1])

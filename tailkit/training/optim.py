@@ -29,7 +29,7 @@ import torch
 from tailkit.errors import InvalidParameterError
 from tailkit.training.output_layer import OutputLayer, Rows
 from tailkit.training.schedules import Schedule, ScheduleSpec
-from tailkit.training.sparse_rows import apply_sparse_step
+from tailkit.training.sparse_rows import apply_dense_adagrad, apply_sparse_step
 from tailkit.validation import Interval
 
 
@@ -294,8 +294,7 @@ class RowSparseAdagrad(RowSparseOptimizer):
             if grad is None:  # the bias of a cosine layer takes no part
                 continue
             if rows.ids is None:
-                acc.addcmul_(grad, grad)
-                table.addcdiv_(grad, acc.sqrt().add_(self.eps), value=-lr)
+                apply_dense_adagrad(table, acc, grad, lr, self.eps)
             else:
                 # ids are unique (OutputLayer.sampled merged duplicates), so select/copy is exact.
                 a = acc.index_select(0, rows.ids).addcmul_(grad, grad)

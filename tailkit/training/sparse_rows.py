@@ -1,4 +1,5 @@
-"""Adagrad and SGD on a sparse input table (an ``EmbeddingBag(sparse=True)``), row by row.
+"""Adagrad and SGD on a sparse input table (an ``EmbeddingBag(sparse=True)``), row by row; and
+Adagrad on a whole output layer in one pass (:func:`apply_dense_adagrad`).
 
 Why hand-written: ``torch.optim.Adagrad`` on a sparse gradient coalesces it, then makes about
 six passes over the touched rows of a table with 10^5–10^6 rows (add the squared values into
@@ -46,6 +47,50 @@ def _update(table, acc, sorted_ids, order, starts, values, lr, eps, adagrad):  #
         else:
             for c in range(width):
                 table[row, c] = table[row, c] + (-lr) * g[c]
+
+
+@numba.njit(parallel=True, cache=True)
+def _update_all(table, acc, grad, lr, eps):  # pragma: no cover
+    rows, width = table.shape
+    for r in numba.prange(rows):
+        for c in range(width):
+            g = grad[r, c]
+            a = acc[r, c] + g * g
+            acc[r, c] = a
+            table[r, c] = table[r, c] + (-lr) * (g / (np.sqrt(a) + eps))
+
+
+def apply_dense_adagrad(
+    table: torch.Tensor, acc: torch.Tensor, grad: torch.Tensor, lr: float, eps: float
+) -> None:
+    """Adagrad on every row of ``table`` from its dense gradient (a full-softmax step's output
+    layer), with the arithmetic of :func:`apply_sparse_step`.
+
+    torch's ``addcmul_`` / ``sqrt`` / ``addcdiv_`` make four passes over the table and a
+    temporary as large: 2.4 ms a step for the synthetic XC set's 10,000 × 256 layer on the
+    2-core Xeon, where this one pass takes 0.7 ms. Its values differ from torch's in the last
+    bit now and then (torch's vectorised float32 ``sqrt`` is not always correctly rounded,
+    and its ``addcmul_`` fuses the multiply-add); tests/test_sparse_rows.py compares both with
+    a float64 formula.
+    """
+    with torch.no_grad():
+        if (
+            table.device.type != "cpu"
+            or table.dtype not in (torch.float32, torch.float64)
+            or not (table.is_contiguous() and acc.is_contiguous())
+        ):
+            acc.addcmul_(grad, grad)
+            table.addcdiv_(grad, acc.sqrt().add_(eps), value=-lr)
+            return
+        scalar = np.float32 if table.dtype == torch.float32 else np.float64
+        two_d = (lambda t: t.reshape(t.shape[0], -1)) if table.dim() != 2 else (lambda t: t)
+        _update_all(
+            two_d(table).numpy(),
+            two_d(acc).numpy(),
+            two_d(grad.contiguous()).numpy(),
+            scalar(lr),
+            scalar(eps),
+        )
 
 
 def _torch_update(table, acc, ids, values, lr, eps) -> None:
