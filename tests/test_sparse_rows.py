@@ -231,6 +231,13 @@ def test_dense_adagrad_equals_torch_adagrad_in_float32_and_its_own_torch_path() 
         torch.testing.assert_close(acc, other_acc, rtol=1e-6, atol=0)
 
 
+def test_dense_adagrad_leaves_an_empty_label_shard_alone() -> None:
+    for shape in ((0, 5), (0,)):
+        table, acc = torch.empty(shape), torch.empty(shape)
+        apply_dense_adagrad(table, acc, torch.empty(shape), 0.1, 1e-10)
+        assert table.shape == shape
+
+
 def test_dense_adagrad_does_not_depend_on_the_thread_count() -> None:
     results = []
     threads = numba.get_num_threads()

@@ -82,6 +82,8 @@ def apply_dense_adagrad(
             acc.addcmul_(grad, grad)
             table.addcdiv_(grad, acc.sqrt().add_(eps), value=-lr)
             return
+        if table.numel() == 0:  # a label shard that owns no labels
+            return
         scalar = np.float32 if table.dtype == torch.float32 else np.float64
         two_d = (lambda t: t.reshape(t.shape[0], -1)) if table.dim() != 2 else (lambda t: t)
         _update_all(
