@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import yaml
 from conftest import TINY_PARAMS, make_project, run
 from spawn_world import run_world
 
 from tailkit import tensorfile
+from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import shard_layer, whole_layer
 from tailkit.distributed.world import World
 from tailkit.errors import InvalidParameterError
+from tailkit.params import DistributedParams
 from tailkit.registry import make_registry
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad
@@ -84,6 +93,47 @@ def _equal_to_one_process(world: World) -> None:
 @pytest.mark.parametrize("size", [2, 3])
 def test_sharded_training_equals_one_process(tmp_path, size) -> None:
     run_world(tmp_path, _equal_to_one_process, size)
+
+
+def _one_rank_fails(world: World) -> None:
+    os.environ.update(WORLD_SIZE=str(world.size), RANK=str(world.rank))  # as torchrun sets
+    with joined_world(DistributedParams(nproc_per_node=world.size), torch.device("cpu")):
+        if world.rank == 1:
+            raise ValueError("rank 1 failed in its step")
+        # rank 0 meanwhile waits in a collective rank 1 never joins, as a training step would;
+        # bounded, so that a hang shows as this wait's timeout, not as a stuck test
+        dist.all_reduce(torch.ones(1), async_op=True).wait(timeout=timedelta(seconds=60))
+
+
+_FAILING_WORLD = """
+import sys
+sys.path.insert(0, {tests!r})
+from spawn_world import run_world
+from test_distributed_training import _one_rank_fails
+run_world(__import__("pathlib").Path({tmp!r}), _one_rank_fails, 2)
+"""
+
+
+def test_a_rank_that_fails_ends_the_run_instead_of_waiting_at_the_barrier(tmp_path) -> None:
+    """Leaving the world waits for every rank at a barrier, but not after an error: the other
+    rank is inside a collective the failed one never joins, so that barrier hung the job (in
+    its own process here, so that a hang fails the test at the timeout)."""
+    script = _FAILING_WORLD.format(tests=str(Path(__file__).parent), tmp=str(tmp_path))
+    run = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its group holds the spawned ranks too: killed together
+    )
+    try:
+        _, stderr = run.communicate(timeout=45)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        pytest.fail("a rank's error left the other waiting: the run hung")
+    # the error reported is rank 1's, or rank 0's collective failing as its peer went away
+    assert run.returncode != 0 and "Traceback" in stderr
 
 
 def _refusals(world: World) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -75,3 +77,17 @@ def leave_world(world: World) -> None:
     if world.sharded and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+@contextmanager
+def joined_world(settings: DistributedParams, device: torch.device) -> Iterator[World]:
+    """:func:`join_world` for the body, :func:`leave_world` after it, when it succeeded.
+
+    A process whose body raised leaves without the barrier: the others may be inside a
+    collective it will never join, so a barrier there waited forever (a rank that failed in
+    its optimiser step hung the whole torchrun job). It exits with its error instead, and
+    torchrun stops the others.
+    """
+    world = join_world(settings, device)
+    yield world  # an exception propagates from here, past the barrier
+    leave_world(world)

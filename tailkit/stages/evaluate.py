@@ -21,7 +21,7 @@ import torch
 
 from tailkit.atomic import write_json
 from tailkit.cache import read_features
-from tailkit.distributed.launch import join_world, leave_world
+from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import shard_layer
 from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import World
@@ -50,8 +50,7 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
     start = time.perf_counter()
     device = resolve_device(params.base.device)
     # under torchrun (train.distributed) each process scores its own labels; rank 0 writes
-    world = join_world(params.train.distributed_settings, device)
-    try:
+    with joined_world(params.train.distributed_settings, device) as world:
         metrics = _evaluate(params, layout, registry, experiment, world)
         if world.rank == 0:
             seconds = round(time.perf_counter() - start, 3)
@@ -60,8 +59,6 @@ def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> 
                 {"seconds": seconds, "world_size": world.size},
             )
         return metrics
-    finally:
-        leave_world(world)
 
 
 def _seeds(params: Params) -> dict[str, int]:

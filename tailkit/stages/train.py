@@ -26,7 +26,7 @@ from tailkit.atomic import atomic_dir, atomic_path, write_json
 from tailkit.cache import read_features
 from tailkit.checksum import params_hash
 from tailkit.codehash import experiment_code, module_fingerprint
-from tailkit.distributed.launch import join_world, leave_world
+from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import whole_layer
 from tailkit.distributed.world import World
 from tailkit.experiment import (
@@ -63,11 +63,8 @@ def run(
     settings = params.resolved(experiment)
     device = resolve_device(params.base.device)
     # under torchrun (train.distributed) each process owns a shard of the labels
-    world = join_world(params.train.distributed_settings, device)
-    try:
+    with joined_world(params.train.distributed_settings, device) as world:
         return _train(params, layout, registry, experiment, settings, device, world, progress)
-    finally:
-        leave_world(world)
 
 
 def _train(
