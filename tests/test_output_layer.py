@@ -115,3 +115,25 @@ def test_learning_rate_decay_follows_bamler_mandt_schedule():
     assert opt.learning_rate(0) == pytest.approx(0.02)
     assert opt.learning_rate(300) == pytest.approx(0.02 * (100 / 400) ** 0.5)
     assert RowSparseSGD(lr=0.3).learning_rate(10**6) == 0.3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("frozen_encoder", [False, True])
+def test_full_logits_equal_addmm_bit_for_bit(dtype: torch.dtype, frozen_encoder: bool) -> None:
+    """The full layer's written-out backward gives autograd's addmm values and gradients."""
+    gen = torch.Generator().manual_seed(4)
+    layer = OutputLayer(37, 6, generator=gen)
+    layer.weight, layer.bias = layer.weight.to(dtype), torch.randn(37, generator=gen, dtype=dtype)
+    z0 = torch.randn(9, 6, generator=gen, dtype=dtype)
+    upstream = torch.randn(9, 37, generator=gen, dtype=dtype)
+    z = z0.clone().requires_grad_(not frozen_encoder)
+    logits, rows = layer.full(z)
+    logits.backward(upstream)
+    ref_z = z0.clone().requires_grad_(not frozen_encoder)
+    ref_w = layer.weight.clone().requires_grad_()
+    ref_b = layer.bias.clone().requires_grad_()
+    ref = torch.addmm(ref_b, ref_z, ref_w.t())
+    ref.backward(upstream)
+    assert torch.equal(logits, ref)
+    assert torch.equal(rows.weight.grad, ref_w.grad) and torch.equal(rows.bias.grad, ref_b.grad)
+    assert z.grad is None if frozen_encoder else torch.equal(z.grad, ref_z.grad)
