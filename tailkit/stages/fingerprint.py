@@ -42,34 +42,27 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     def named(kind: str, spec: dict[str, Any], key: str) -> dict[str, Any]:
         return component_fingerprint(registry.get(kind, spec.get("name"), f"{key}.name"))
 
-    records: dict[str, Any] = {"dataset": named("datasets", params.dataset, "dataset")}
-    samplers = {
-        key: named("samplers", spec, f"samplers.{key}") for key, spec in params.samplers.items()
+    dataset = named("datasets", params.dataset, "dataset")
+    # one file per entry, under the group's folder
+    groups: dict[str, dict[str, Any]] = {
+        "featurizers": {
+            key: named("featurizers", spec, f"featurize.{key}")
+            for key, spec in params.featurize.items()
+        },
+        "samplers": {
+            key: named("samplers", spec, f"samplers.{key}") for key, spec in params.samplers.items()
+        },
+        "experiments": {
+            name: experiment_code(params, registry, name) for name in params.experiments
+        },
+        "stages": {name: stage_code(name) for name in stage_modules()},
     }
-    featurizers = {
-        key: named("featurizers", spec, f"featurize.{key}")
-        for key, spec in params.featurize.items()
-    }
-    experiments = {name: experiment_code(params, registry, name) for name in params.experiments}
-    stages = {name: stage_code(name) for name in stage_modules()}
     with atomic_dir(layout.fingerprints) as tmp:
-        for name, record in records.items():
-            write_json(tmp / f"{name}.json", record)
-        for key, record in featurizers.items():
-            write_json(tmp / "featurizers" / f"{key}.json", record)
-        for key, record in samplers.items():
-            write_json(tmp / "samplers" / f"{key}.json", record)
-        for name, record in experiments.items():
-            write_json(tmp / "experiments" / f"{name}.json", record)
-        for name, record in stages.items():
-            write_json(tmp / "stages" / f"{name}.json", record)
-    return {
-        **records,
-        "featurizers": featurizers,
-        "samplers": samplers,
-        "experiments": experiments,
-        "stages": stages,
-    }
+        write_json(tmp / "dataset.json", dataset)
+        for group, records in groups.items():
+            for key, record in records.items():
+                write_json(tmp / group / f"{key}.json", record)
+    return {"dataset": dataset, **groups}
 
 
 def stage_modules() -> list[str]:

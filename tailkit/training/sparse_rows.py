@@ -60,6 +60,19 @@ def _update_all(table, acc, grad, lr, eps):  # pragma: no cover
             table[r, c] = table[r, c] + (-lr) * (g / (np.sqrt(a) + eps))
 
 
+_KERNEL_SCALARS: dict[torch.dtype, type[np.floating]] = {
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+}
+
+
+def _kernel_scalar(table: torch.Tensor) -> type[np.floating] | None:
+    """The NumPy scalar type the compiled kernels update ``table`` in (lr and eps are cast
+    to it, as torch casts alpha and eps), or None where torch's ops do it: off the CPU, or a
+    dtype the kernels are not compiled for."""
+    return _KERNEL_SCALARS.get(table.dtype) if table.device.type == "cpu" else None
+
+
 def apply_dense_adagrad(
     table: torch.Tensor, acc: torch.Tensor, grad: torch.Tensor, lr: float, eps: float
 ) -> None:
@@ -74,22 +87,18 @@ def apply_dense_adagrad(
     a float64 formula.
     """
     with torch.no_grad():
-        if (
-            table.device.type != "cpu"
-            or table.dtype not in (torch.float32, torch.float64)
-            or not (table.is_contiguous() and acc.is_contiguous())
-        ):
+        scalar = _kernel_scalar(table)
+        if scalar is None or not (table.is_contiguous() and acc.is_contiguous()):
             acc.addcmul_(grad, grad)
             table.addcdiv_(grad, acc.sqrt().add_(eps), value=-lr)
             return
         if table.numel() == 0:  # a label shard that owns no labels
             return
-        scalar = np.float32 if table.dtype == torch.float32 else np.float64
-        two_d = (lambda t: t.reshape(t.shape[0], -1)) if table.dim() != 2 else (lambda t: t)
+        rows = table.shape[0]  # the kernel takes (rows, width): a bias vector is width 1
         _update_all(
-            two_d(table).numpy(),
-            two_d(acc).numpy(),
-            two_d(grad.contiguous()).numpy(),
+            table.reshape(rows, -1).numpy(),
+            acc.reshape(rows, -1).numpy(),
+            grad.contiguous().reshape(rows, -1).numpy(),
             scalar(lr),
             scalar(eps),
         )
@@ -120,10 +129,10 @@ def apply_sparse_step(
     if ids.numel() == 0:
         return
     with torch.no_grad():
-        if table.device.type != "cpu" or table.dtype not in (torch.float32, torch.float64):
+        scalar = _kernel_scalar(table)
+        if scalar is None:
             _torch_update(table, acc, ids, values, lr, eps)
             return
-        scalar = np.float32 if table.dtype == torch.float32 else np.float64
         ids_np = ids.numpy()
         order = np.argsort(ids_np, kind="stable")  # duplicates summed in the order they came
         sorted_ids = ids_np[order]
