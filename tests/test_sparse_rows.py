@@ -81,22 +81,34 @@ def test_adagrad_rows_follow_the_dense_formula_in_float64() -> None:
     np.testing.assert_allclose(acc.numpy(), acc_ref, rtol=1e-12, atol=0)
 
 
-def test_the_update_does_not_depend_on_the_thread_count() -> None:
+def _on_one_thread_and_all(update):
+    """``update()``'s (table, accumulator) with numba on one thread, then on all of them."""
     results = []
     threads = numba.get_num_threads()
     try:
         for n in sorted({1, threads}):
             numba.set_num_threads(n)
-            table, _ = _twins(torch.float32)
-            acc = torch.zeros_like(table.weight)
-            for step in range(3):
-                _bag_grad(table, step)
-                apply_sparse_step(table.weight.data, table.weight.grad, 0.1, acc=acc)
-            results.append((table.weight.detach().clone(), acc))
+            results.append(update())
     finally:
         numba.set_num_threads(threads)
-    for weight, acc in results[1:]:
-        assert torch.equal(weight, results[0][0]) and torch.equal(acc, results[0][1])
+    return results
+
+
+def _assert_all_equal(results) -> None:
+    for table, acc in results[1:]:
+        assert torch.equal(table, results[0][0]) and torch.equal(acc, results[0][1])
+
+
+def test_the_update_does_not_depend_on_the_thread_count() -> None:
+    def update():
+        table, _ = _twins(torch.float32)
+        acc = torch.zeros_like(table.weight)
+        for step in range(3):
+            _bag_grad(table, step)
+            apply_sparse_step(table.weight.data, table.weight.grad, 0.1, acc=acc)
+        return table.weight.detach().clone(), acc
+
+    _assert_all_equal(_on_one_thread_and_all(update))
 
 
 @pytest.mark.parametrize("adagrad", [True, False])
@@ -239,16 +251,10 @@ def test_dense_adagrad_leaves_an_empty_label_shard_alone() -> None:
 
 
 def test_dense_adagrad_does_not_depend_on_the_thread_count() -> None:
-    results = []
-    threads = numba.get_num_threads()
-    try:
-        for n in sorted({1, threads}):
-            numba.set_num_threads(n)
-            table, acc, grads = _dense_case(torch.float32, (2000, 64))
-            for grad in grads:
-                apply_dense_adagrad(table, acc, grad, 0.1, 1e-10)
-            results.append((table, acc))
-    finally:
-        numba.set_num_threads(threads)
-    for table, acc in results[1:]:
-        assert torch.equal(table, results[0][0]) and torch.equal(acc, results[0][1])
+    def update():
+        table, acc, grads = _dense_case(torch.float32, (2000, 64))
+        for grad in grads:
+            apply_dense_adagrad(table, acc, grad, 0.1, 1e-10)
+        return table, acc
+
+    _assert_all_equal(_on_one_thread_and_all(update))
