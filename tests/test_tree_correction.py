@@ -145,3 +145,41 @@ def test_fused_addition_equals_scores_plus_columns() -> None:
         fused = columns.added_to(scores, start, stop)
         assert torch.equal(fused, scores + columns.columns(start, stop))
         assert torch.equal(scores, before)  # a new tensor; the scores are left as they were
+
+
+def _reversed_bits(value: int, bits: int) -> int:
+    return int(format(value, f"0{bits}b")[::-1], 2) if bits else 0
+
+
+def test_kernel_layout_places_every_node_where_the_kernels_read_it() -> None:
+    """tree_kernels.kernel_layout against its definition, node by node: level L starts at
+    2^L; a top level holds node i of the level at the bit-reversal of i; a bottom level holds
+    each subtree's nodes in turn, each at the bit-reversal of its index within the subtree.
+    Depth 14 with 12-level subtrees: a 2-level top tree over 4 subtrees."""
+    from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH, kernel_layout
+
+    depth, num_classes = 14, 9_000
+    sub, top = SUBTREE_DEPTH, 14 - SUBTREE_DEPTH
+    sampler = random_tree(num_classes, 3, k=2)
+    assert sampler.depth == depth
+    weight = np.stack([np.arange((1 << depth) - 1), -np.arange((1 << depth) - 1)], 1)
+    bias = np.arange((1 << depth) - 1, dtype=np.float32) + 0.5
+    label_of_leaf = sampler._table("label_of_leaf").numpy()
+    weight_k, bias_k, slot, first_out = kernel_layout(weight, bias, label_of_leaf, depth)
+    assert weight_k.shape == (2, 1 << depth) and weight_k.flags.c_contiguous
+    for node in range(0, (1 << depth) - 1, 7):
+        level = (node + 1).bit_length() - 1
+        i = node + 1 - (1 << level)
+        if level < top:
+            at = (1 << level) + _reversed_bits(i, level)
+        else:
+            below = level - top
+            r, j = divmod(i, 1 << below)
+            at = (1 << level) + (r << below) + _reversed_bits(j, below)
+        assert weight_k[:, at].tolist() == [node, -node]
+        assert bias_k[at] == node + 0.5
+    leaves = np.flatnonzero(label_of_leaf >= 0)
+    assert slot.dtype == np.uint32
+    assert slot.tolist() == [_reversed_bits(int(leaf) % (1 << sub), sub) for leaf in leaves]
+    per_subtree = [int(((leaves >> sub) == r).sum()) for r in range(1 << top)]
+    assert first_out.tolist() == [0, *np.cumsum(per_subtree).tolist()]

@@ -10,7 +10,7 @@ under the data), and the main model's scores ξ_y(x) + log p_n(y|x) are unbiased
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -27,6 +27,15 @@ from tailkit.validation import Constraint, Interval
 _DENSE_BUDGET = 1 << 26
 
 
+class _KernelTables(NamedTuple):
+    """The tree in the order of the CPU all-leaves kernels (tree_kernels.kernel_layout)."""
+
+    weight: np.ndarray  # (k, 2^D) node weights, transposed, in kernel order
+    bias: np.ndarray  # (2^D,)
+    slot: np.ndarray  # (C,) each labelled leaf's slot among its subtree's leaves
+    first_out: np.ndarray  # (roots + 1,) the first column of each bottom subtree
+
+
 class _SubtreeColumns(CorrectionColumns):
     """The CPU path of :meth:`TreeSampler.correction_columns`."""
 
@@ -34,10 +43,9 @@ class _SubtreeColumns(CorrectionColumns):
         from tailkit.plugins.samplers.tree_kernels import subtree_roots
 
         self.sampler, self.xt = sampler, xt.numpy()
-        weight_t, _, first_out = sampler._kernel_tables()
-        self.roots = np.empty((xt.shape[0], first_out.shape[0] - 1), dtype=np.float32)
-        bias = sampler._table("bias").numpy()
-        subtree_roots(self.xt, weight_t.numpy(), bias, sampler.depth, self.roots)
+        t = sampler._kernel_tables()
+        self.roots = np.empty((xt.shape[0], t.first_out.shape[0] - 1), dtype=np.float32)
+        subtree_roots(self.xt, t.weight, t.bias, sampler.depth, self.roots)
 
     def columns(self, start: int, stop: int) -> torch.Tensor:
         return self._expand(start, stop, None)
@@ -45,7 +53,7 @@ class _SubtreeColumns(CorrectionColumns):
     def added_to(self, scores: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         # Fused when the columns are whole subtrees (prediction's chunk bounds make them so):
         # the kernel writes scores + log p in one pass instead of a table and then the sum.
-        bounds = self.sampler._kernel_tables()[2].numpy()
+        bounds = self.sampler._kernel_tables().first_out
         aligned = start in bounds and stop in bounds
         plain = scores.dtype == torch.float32 and scores.device.type == "cpu"
         if not (aligned and plain) or scores.requires_grad:
@@ -56,21 +64,21 @@ class _SubtreeColumns(CorrectionColumns):
         from tailkit.plugins.samplers.tree_kernels import subtree_leaves
 
         s = self.sampler
-        weight_t, leaf_used, first_out = s._kernel_tables()
-        bounds = first_out.numpy()
+        t = s._kernel_tables()
+        bounds = t.first_out
         r_lo = int(np.searchsorted(bounds, start, side="right")) - 1
         r_hi = int(np.searchsorted(bounds, stop, side="left"))
         lo, hi = int(bounds[r_lo]), int(bounds[r_hi])
         out = np.empty((self.xt.shape[0], hi - lo), dtype=np.float32)
         subtree_leaves(
             self.xt,
-            weight_t.numpy(),
-            s._table("bias").numpy(),
+            t.weight,
+            t.bias,
             s.depth,
             self.roots,
             r_lo,
             r_hi,
-            leaf_used.numpy(),
+            t.slot,
             bounds,
             out,
             np.empty((0, 0), dtype=np.float32) if plus is None else plus,
@@ -120,10 +128,7 @@ class TreeSampler(Sampler):
         self._report: dict[str, Any] = {}
         self._tables: dict[str, torch.Tensor] = {}
         self._sparse_map: tuple[torch.Tensor, torch.Tensor] | None = None  # (Tᵀ, μ·Tᵀ)
-        # the all-leaves kernel's tables: node weights (k, 2^D − 1), labelled leaves, columns
-        self._weight_t: torch.Tensor | None = None
-        self._leaf_used: torch.Tensor | None = None
-        self._first_out: torch.Tensor | None = None
+        self._kernel: _KernelTables | None = None  # the all-leaves kernels' tables
         self._order: torch.Tensor | None = None
         self._position: torch.Tensor | None = None  # inverse of _order
         self.leaf_columns = 0
@@ -181,7 +186,7 @@ class TreeSampler(Sampler):
             "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
         }
         self._sparse_map = None
-        self._weight_t = self._order = self._position = None
+        self._kernel = self._order = self._position = None
         self._warm_up()
         self._report = {
             "depth": tree.depth,
@@ -351,14 +356,14 @@ class TreeSampler(Sampler):
 
     def correction_floats_per_row(self, num_classes: int) -> int:
         # on the CPU only the subtree roots are held per row; the torch path holds the table
-        return len(self._kernel_tables()[2]) - 1 if self._on_cpu() else num_classes
+        return len(self._kernel_tables().first_out) - 1 if self._on_cpu() else num_classes
 
     def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
         """Column bounds of about ``label_chunk`` labels that fall between bottom subtrees, so
         that every subtree is expanded once per row (on the CPU; elsewhere any bounds do)."""
         if not self._on_cpu():
             return super().chunk_bounds(num_classes, label_chunk)
-        first_out = self._kernel_tables()[2].numpy()
+        first_out = self._kernel_tables().first_out
         bounds = [0]
         while bounds[-1] < num_classes:
             at = bounds[-1]
@@ -394,20 +399,20 @@ class TreeSampler(Sampler):
         """Rows whose whole tree was evaluated: ``leaf_columns`` / C."""
         return self.leaf_columns / max(self.num_classes, 1)
 
-    def _kernel_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The CPU kernels' node weights (k, 2^D − 1), labelled-leaf mask (2^D,) uint8 and
-        first column of each bottom subtree (roots + 1,), built once per tree."""
-        if self._weight_t is None:
-            from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH
+    def _kernel_tables(self) -> _KernelTables:
+        """The CPU all-leaves kernels' tables (tree_kernels.kernel_layout), built once per tree."""
+        if self._kernel is None:
+            from tailkit.plugins.samplers.tree_kernels import kernel_layout
 
-            used = self._table("label_of_leaf") >= 0
-            per_subtree = used.view(-1, 1 << min(self.depth, SUBTREE_DEPTH)).sum(1)
-            self._weight_t = self._table("weight").t().contiguous()
-            self._leaf_used = used.to(torch.uint8)
-            self._first_out = torch.cat([per_subtree.new_zeros(1), per_subtree.cumsum(0)])
-        leaf_used, first_out = self._leaf_used, self._first_out
-        assert leaf_used is not None and first_out is not None  # set with _weight_t
-        return self._weight_t, leaf_used, first_out
+            self._kernel = _KernelTables(
+                *kernel_layout(
+                    self._table("weight").numpy(),
+                    self._table("bias").numpy(),
+                    self._table("label_of_leaf").numpy(),
+                    self.depth,
+                )
+            )
+        return self._kernel
 
     def _leaf_log_prob(self, xt: torch.Tensor) -> torch.Tensor:
         """(b, 2^D) log-probabilities of every leaf, level by level into one preallocated heap:
@@ -430,7 +435,7 @@ class TreeSampler(Sampler):
     def to(self, device: torch.device) -> TreeSampler:
         self._tables = {k: v.to(device) for k, v in self._tables.items()}
         self._sparse_map = None
-        self._weight_t = self._order = self._position = None
+        self._kernel = self._order = self._position = None
         return self
 
     def state_dict(self) -> dict[str, Any]:
@@ -469,7 +474,7 @@ class TreeSampler(Sampler):
             for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
         }
         self._sparse_map = None
-        self._weight_t = self._order = self._position = None
+        self._kernel = self._order = self._position = None
         self._warm_up()
 
     def _warm_up(self) -> None:

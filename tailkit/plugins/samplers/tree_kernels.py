@@ -125,15 +125,25 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 # --- every leaf at once (prediction's bias correction) --------------------------------------
 #
 # Evaluation adds log p_n(y|x) to all C scores of a row, so it needs every leaf's
-# log-probability: one pass over the 2^D − 1 nodes, each child = parent + log σ(±z). Four
-# choices make that pass cost about what scoring the row costs:
+# log-probability: one pass over the 2^D − 1 nodes, each child = parent + log σ(∓z). Choices
+# that make that pass cost about what scoring the row costs:
 # * the node logits z are computed for a group of rows against one block of node weights, so
 #   the (2^D, k) weights stream from memory once per group, not once per row;
 # * within the group, ``ROW_GROUP`` rows share each load of a node weight: the multiply-adds
-#   of one input are four per load, not one. One row at a time, the loop was bound by loads
-#   and stores (1.65 against 0.66–0.83 ns per node and row, one core, bit-identical values);
-# * log σ is a float32 polynomial in plain arithmetic (below), which LLVM vectorises eight
-#   lanes wide; a call to libm's exp/log1p would not be, and costs ~10 ns per node;
+#   of one input are four per load, not one;
+# * log σ is a float32 polynomial in plain arithmetic (tailkit/fastmath.py), which LLVM
+#   vectorises; a call to libm's exp/log1p would not be, and costs ~10 ns per node;
+# * the nodes sit in *kernel order* (:func:`kernel_layout`): a node's two children are not
+#   side by side but in the two halves of the next level (left children first), so a level's
+#   children are two straight vector stores, not an interleaved pair that LLVM left scalar;
+#   within a level (of the top tree, or of one bottom subtree) that puts a node at the
+#   bit-reversal of its index. Level l starts at index 2^l, so the slices of the deep levels
+#   start on cache lines, and every loop runs over unit-stride slices indexed from 0: an index
+#   such as ``base + j`` may be negative as far as numba knows, and its wrap-around code kept
+#   the loops it sat in scalar. Together 4.1–4.7 → 2.0–2.4 ns per node and row on one core of
+#   the Xeon (C = 10^4, 10^5), the same float32 values (the previous heap-order kernel's, bit
+#   for bit). Tried and dropped: eight inputs per sweep instead of four, and the leaves' copy
+#   four rows per slot load (both within noise or slower);
 # * a row's values do not depend on how many rows or labels a call covers (tests compare them
 #   bit for bit): every row takes the same operations in the same vector lanes whichever group
 #   slot it sits in (a short last group repeats its last row), the vectorised loops run over
@@ -155,6 +165,60 @@ ROW_GROUP = 4
 GROUPS_PER_TASK = 16
 
 
+def _bit_reversed(values: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """Each value's lowest ``bits`` bits in reverse order (elementwise; bits ≤ 62)."""
+    out = np.zeros_like(values)
+    for b in range(int(bits.max(initial=0))):
+        inside = b < bits
+        bit = (values >> b) & 1
+        out |= np.where(inside, bit << np.maximum(bits - 1 - b, 0), 0)
+    return out
+
+
+def kernel_layout(
+    weight: np.ndarray, bias: np.ndarray, label_of_leaf: np.ndarray, depth: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tree's tables in the order the all-leaves kernels read them.
+
+    ``weight`` (2^D − 1, k) and ``bias`` in heap order (node n's children 2n + 1, 2n + 2),
+    ``label_of_leaf`` (2^D,) with −1 at padding leaves. Returns the node weights transposed,
+    (k, 2^D) float32, and the biases (2^D,), with node n at its kernel index (column 0 unused):
+    level L starts at 2^L; a top level (L < D − SUBTREE_DEPTH) holds its nodes at the
+    bit-reversal of their index in the level, a bottom level holds each subtree's nodes in
+    turn, each at the bit-reversal of its index within the subtree's level. Also the slot of
+    every labelled leaf among its subtree's leaves (bit-reversed index, uint32, in leaf order:
+    the column order of the correction) and the first column of each subtree (roots + 1,).
+    """
+    sub = min(depth, SUBTREE_DEPTH)
+    top = depth - sub
+    nodes = (1 << depth) - 1
+    n = np.arange(nodes, dtype=np.int64)
+    level = np.floor(np.log2(n + 1)).astype(np.int64)
+    level += (1 << (level + 1)) <= n + 1  # float log2 of 2^L − 1 may round up to L
+    level -= (1 << level) > n + 1
+    index = n + 1 - (1 << level)
+    below = np.maximum(level - top, 0)  # levels into a bottom subtree (0 in the top tree)
+    local = index & ((1 << below) - 1)
+    subtree = index >> below
+    in_top = level < top
+    position = np.where(
+        in_top,
+        _bit_reversed(index, level),
+        (subtree << below) + _bit_reversed(local, below),
+    )
+    kernel_index = (1 << level) + position
+    k = weight.shape[1]
+    weight_k = np.zeros((k, 1 << depth), dtype=np.float32)
+    weight_k[:, kernel_index] = weight.T
+    bias_k = np.zeros(1 << depth, dtype=np.float32)
+    bias_k[kernel_index] = bias
+    leaf = np.flatnonzero(label_of_leaf >= 0)
+    slot = _bit_reversed(leaf & ((1 << sub) - 1), np.full_like(leaf, sub)).astype(np.uint32)
+    per_subtree = np.bincount(leaf >> sub, minlength=1 << top)
+    first_out = np.concatenate([[0], np.cumsum(per_subtree)]).astype(np.int64)
+    return weight_k, bias_k, slot, first_out
+
+
 @numba.njit(cache=True, inline="always")
 def _row_group(x, rows, g, xg):
     """Rows g·4 … of ``x`` into ``xg`` (4, k); a short last group repeats its last row."""
@@ -165,26 +229,27 @@ def _row_group(x, rows, g, xg):
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
-def _expand_level(xg, weight_t, bias, first, width, heap, base, z, left, right):
-    """Children of the ``width`` nodes first+1 … first+width (rows first … of the weights),
-    whose log-probabilities sit at heap[s, base : base + width] for each row slot s of the
-    group ``xg`` (4, k), into heap[s, base + width + …]."""
+def _expand_level(xg, weight_k, bias_k, first, width, heap, z):
+    """The children of a level's ``width`` nodes, whose weights are columns first … of
+    ``weight_k`` (kernel order) and whose log-probabilities sit at heap[s, width : 2·width]
+    for each row slot s of the group ``xg`` (4, k): left children into heap[s, 2·width :
+    3·width], right children into heap[s, 3·width : 4·width]."""
     k = xg.shape[1]
-    z0, z1, z2, z3 = z[0], z[1], z[2], z[3]
+    z0, z1, z2, z3 = z[0, :width], z[1, :width], z[2, :width], z[3, :width]
+    b = bias_k[first : first + width]
     for j in range(width):
-        b = bias[first + j]
-        z0[j] = b
-        z1[j] = b
-        z2[j] = b
-        z3[j] = b
+        z0[j] = b[j]
+        z1[j] = b[j]
+        z2[j] = b[j]
+        z3[j] = b[j]
     # four inputs per sweep, four rows per weight load; each z still adds a = 0, 1, 2, … in
     # order, so the rounding is that of one multiply-add per input, whatever the grouping
     quads = k - k % 4
     for a in range(0, quads, 4):
-        w0 = weight_t[a, first : first + width]  # unit-stride views: the loop vectorises
-        w1 = weight_t[a + 1, first : first + width]
-        w2 = weight_t[a + 2, first : first + width]
-        w3 = weight_t[a + 3, first : first + width]
+        w0 = weight_k[a, first : first + width]  # unit-stride views: the loop vectorises
+        w1 = weight_k[a + 1, first : first + width]
+        w2 = weight_k[a + 2, first : first + width]
+        w3 = weight_k[a + 3, first : first + width]
         x00, x01, x02, x03 = xg[0, a], xg[0, a + 1], xg[0, a + 2], xg[0, a + 3]
         x10, x11, x12, x13 = xg[1, a], xg[1, a + 1], xg[1, a + 2], xg[1, a + 3]
         x20, x21, x22, x23 = xg[2, a], xg[2, a + 1], xg[2, a + 2], xg[2, a + 3]
@@ -196,34 +261,34 @@ def _expand_level(xg, weight_t, bias, first, width, heap, base, z, left, right):
             z2[j] = z2[j] + v0 * x20 + v1 * x21 + v2 * x22 + v3 * x23
             z3[j] = z3[j] + v0 * x30 + v1 * x31 + v2 * x32 + v3 * x33
     for a in range(quads, k):
-        w = weight_t[a, first : first + width]
+        w = weight_k[a, first : first + width]
         for s in range(ROW_GROUP):
             xa = xg[s, a]
-            zs = z[s]
+            zs = z[s, :width]
             for j in range(width):
                 zs[j] += w[j] * xa
-    child = base + width
     for s in range(ROW_GROUP):
-        zs, hs = z[s], heap[s]
+        zs = z[s, :width]
+        parents = heap[s, width : 2 * width]
+        left = heap[s, 2 * width : 3 * width]
+        right = heap[s, 3 * width : 4 * width]
         for j in range(width):
             zz = zs[j]
             sp = softplus_neg_f32(abs(zz))
-            right[j] = min(zz, _ZERO) - sp
-            left[j] = min(-zz, _ZERO) - sp
-        for j in range(width):
-            parent = hs[base + j]
-            hs[child + 2 * j] = parent + left[j]
-            hs[child + 2 * j + 1] = parent + right[j]
+            parent = parents[j]
+            left[j] = parent + (min(-zz, _ZERO) - sp)
+            right[j] = parent + (min(zz, _ZERO) - sp)
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
-def subtree_roots(x, weight_t, bias, depth, out):
+def subtree_roots(x, weight_k, bias_k, depth, out):
     """log p(node | x) of the roots of the bottom subtrees (the nodes of level
-    depth − SUBTREE_DEPTH, or the root) for every row of ``x`` (B, k) → ``out`` (B, roots).
+    depth − SUBTREE_DEPTH, or the root) for every row of ``x`` (B, k) → ``out`` (B, roots),
+    in subtree order.
 
-    ``weight_t`` is the node weights transposed, (k, 2^depth − 1) contiguous. A node's value
-    is parent + log σ(∓z), summed root to leaf in float32 as the level-wise torch path sums
-    them; :func:`subtree_leaves` goes on from here.
+    ``weight_k`` and ``bias_k`` are :func:`kernel_layout`'s. A node's value is
+    parent + log σ(∓z), summed root to leaf in float32 as the level-wise torch path sums them;
+    :func:`subtree_leaves` goes on from here.
     """
     rows = x.shape[0]
     top = depth - min(depth, SUBTREE_DEPTH)
@@ -233,32 +298,32 @@ def subtree_roots(x, weight_t, bias, depth, out):
         _row_group(x, rows, g, xg)
         heap = np.empty((ROW_GROUP, 2 * roots), dtype=np.float32)
         z = np.empty((ROW_GROUP, max(roots // 2, 1)), dtype=np.float32)
-        left = np.empty(z.shape[1], dtype=np.float32)
-        right = np.empty_like(left)
-        heap[:, 0] = 0.0
+        heap[:, 1] = 0.0
         for level in range(top):
-            first = (1 << level) - 1
-            _expand_level(xg, weight_t, bias, first, 1 << level, heap, first, z, left, right)
+            _expand_level(xg, weight_k, bias_k, 1 << level, 1 << level, heap, z)
         for s in range(min(ROW_GROUP, rows - g * ROW_GROUP)):
             for r in range(roots):
-                out[g * ROW_GROUP + s, r] = heap[s, roots - 1 + r]
+                # the level's node at position p is the bit-reversal of p
+                p = 0
+                for b in range(top):
+                    p |= ((r >> b) & 1) << (top - 1 - b)
+                out[g * ROW_GROUP + s, r] = heap[s, roots + p]
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
-def subtree_leaves(x, weight_t, bias, depth, root_lp, r_lo, r_hi, leaf_used, first_out, out, plus):
+def subtree_leaves(x, weight_k, bias_k, depth, root_lp, r_lo, r_hi, slot, first_out, out, plus):
     """log p(leaf | x) of the labelled leaves of bottom subtrees ``r_lo`` … ``r_hi`` − 1, in
     leaf order, for every row → ``out`` (B, first_out[r_hi] − first_out[r_lo]) float32; plus
     ``plus`` (the same shape) when it is not empty, which spares prediction a second pass
     over the (B, chunk) table to add it to the scores (the same float32 sums either way).
 
-    ``root_lp`` is :func:`subtree_roots`' output; ``leaf_used`` (2^depth,) marks the leaves
-    that hold a label; ``first_out`` (roots + 1,) is the column of each subtree's first
-    labelled leaf (a prefix count of ``leaf_used``). Each subtree is expanded for every row
-    while its weights sit in cache, and only its labelled leaves are written.
+    ``root_lp`` is :func:`subtree_roots`' output; ``weight_k``, ``bias_k``, ``slot`` and
+    ``first_out`` are :func:`kernel_layout`'s. Each subtree is expanded for every row while
+    its weights sit in cache, and only its labelled leaves are written.
     """
     rows = x.shape[0]
     sub = min(depth, SUBTREE_DEPTH)
-    roots = 1 << (depth - sub)
+    top = depth - sub
     offset = first_out[r_lo]
     adding = plus.size > 0
     groups = (rows + ROW_GROUP - 1) // ROW_GROUP
@@ -271,34 +336,27 @@ def subtree_leaves(x, weight_t, bias, depth, root_lp, r_lo, r_hi, leaf_used, fir
         xg = np.empty((ROW_GROUP, x.shape[1]), dtype=np.float32)
         heap = np.empty((ROW_GROUP, 2 << sub), dtype=np.float32)
         z = np.empty((ROW_GROUP, 1 << (sub - 1) if sub > 0 else 1), dtype=np.float32)
-        left = np.empty(z.shape[1], dtype=np.float32)
-        right = np.empty_like(left)
-        leaf0 = r << sub
-        leaves = (1 << sub) - 1
-        full = first_out[r + 1] - first_out[r] == 1 << sub
+        lo, hi = first_out[r], first_out[r + 1]
+        slots = slot[lo:hi]
         for g in range(g_lo, min(groups, g_lo + GROUPS_PER_TASK)):
             _row_group(x, rows, g, xg)
             for s in range(ROW_GROUP):
-                heap[s, 0] = root_lp[min(g * ROW_GROUP + s, rows - 1), r]
+                heap[s, 1] = root_lp[min(g * ROW_GROUP + s, rows - 1), r]
             for level in range(sub):
-                # the subtree's level ``level``: heap rows (roots + r)·2^level − 1 … of the tree
-                first = ((roots + r) << level) - 1
-                base = (1 << level) - 1
-                _expand_level(xg, weight_t, bias, first, 1 << level, heap, base, z, left, right)
+                # the subtree's level ``level``: kernel columns 2^(top + level) + r·2^level …
+                first = (1 << (top + level)) + (r << level)
+                _expand_level(xg, weight_k, bias_k, first, 1 << level, heap, z)
             for s in range(min(ROW_GROUP, rows - g * ROW_GROUP)):
                 i = g * ROW_GROUP + s
-                col = first_out[r] - offset
-                if full and adding:
-                    for j in range(1 << sub):
-                        out[i, col + j] = plus[i, col + j] + heap[s, leaves + j]
-                elif full:  # no padding leaf: a straight copy
-                    out[i, col : col + (1 << sub)] = heap[s, leaves : leaves + (1 << sub)]
+                leaves = heap[s, 1 << sub :]
+                row = out[i, lo - offset : hi - offset]
+                if adding:
+                    add = plus[i, lo - offset : hi - offset]
+                    for c in range(hi - lo):
+                        row[c] = add[c] + leaves[slots[c]]
                 else:
-                    for j in range(1 << sub):
-                        if leaf_used[leaf0 + j]:
-                            value = heap[s, leaves + j]
-                            out[i, col] = plus[i, col] + value if adding else value
-                            col += 1
+                    for c in range(hi - lo):
+                        row[c] = leaves[slots[c]]
 
 
 @numba.njit(parallel=True, cache=True)
