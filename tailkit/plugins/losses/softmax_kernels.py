@@ -63,9 +63,12 @@ def _sum_exp_but(f, o, skip, m):
     probe = _ZERO  # NaN if any entry is: the max and the compare above would drop it silently
     for start in range(0, n, _BLOCK):
         acc = _ZERO
-        for j in range(start, min(start + _BLOCK, n)):
-            a = m - (f[j] + o[j])
-            acc += exp_neg_f32(a) if (a < CLAMP_F32 and j != skip) else _ZERO
+        # slices indexed from 0: numba cannot tell that start + j ≥ 0, and its wrap-around
+        # test for a negative index kept this loop scalar (1.6 → 1.0 ns an entry, one core)
+        fb, ob = f[start : start + _BLOCK], o[start : start + _BLOCK]
+        for j in range(fb.shape[0]):
+            a = m - (fb[j] + ob[j])
+            acc += exp_neg_f32(a) if (a < CLAMP_F32 and j != skip - start) else _ZERO
             probe += a
         total += np.float64(acc)
     return np.nan if np.isnan(probe) else total
