@@ -418,3 +418,39 @@ def test_whitened_pca_ignores_thread_variables_in_a_fresh_process() -> None:
         )
         digests.append(out.stdout.strip())
     assert digests[0] == digests[1]
+
+
+def test_sparse_whitening_does_not_depend_on_torch_threads() -> None:
+    """x̃ = x·Tᵀ − μ·Tᵀ for sparse rows: μ·Tᵀ sums over every input dimension (830,909 on the
+    default GeoNames cells), and ``mean @ t`` split that sum between torch's threads, so the
+    adversarial model trained on x̃ had other bytes on one thread than on two."""
+    import scipy.sparse as sp
+
+    from tailkit.sparse import SparseRows
+    from tailkit.testing.trees import random_tree
+
+    dim, rows = 400_000, 64
+    rng = np.random.default_rng(0)
+    columns = np.sort(rng.choice(dim, (rows, 6)), axis=1).reshape(-1)
+    matrix = sp.csr_matrix(
+        (rng.random(rows * 6, dtype=np.float32), columns, np.arange(0, rows * 6 + 1, 6)),
+        shape=(rows, dim),
+    )
+    matrix.sum_duplicates()
+    x = SparseRows.from_scipy(matrix)
+    sampler = random_tree(100, dim)
+    before = torch.get_num_threads()
+    whitened = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            sampler._sparse_map = None  # recomputed under this thread count
+            whitened.append(sampler.whiten(x))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(whitened[0], whitened[1])
+    dense = torch.from_numpy(matrix.toarray()).double()
+    mean, transform = sampler._table("mean").double(), sampler._table("transform").double()
+    torch.testing.assert_close(
+        whitened[0].double(), (dense - mean) @ transform.t(), rtol=1e-5, atol=1e-5
+    )

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from tailkit.artifacts import save_sampler
@@ -59,9 +60,11 @@ def mean_log_prob(
     for lo in range(0, y.shape[0], chunk):
         part = slice(lo, lo + chunk)
         xs = x[part] if rows is None else x.index_select(0, rows[part])
-        lp = sampler.log_prob(xs, y[part].unsqueeze(1)).double()
-        impossible += int(torch.isneginf(lp).sum())
-        total += float(lp[~torch.isneginf(lp)].sum())
+        lp = sampler.log_prob(xs, y[part].unsqueeze(1)).double().cpu().numpy()
+        impossible += int(np.isneginf(lp).sum())
+        # numpy's sum, not torch's: torch splits a long sum between its threads, and the
+        # metric's last digits then changed with the thread count
+        total += float(lp[~np.isneginf(lp)].sum())
     return (None if impossible else total / max(y.shape[0], 1)), impossible
 
 

@@ -223,7 +223,7 @@ class TreeSampler(Sampler):
         if isinstance(x, SparseRows):
             if self._sparse_map is None:
                 t = transform.t().contiguous()
-                self._sparse_map = (t, mean @ t)
+                self._sparse_map = (t, self._mapped_mean(mean, transform, t))
             t, shift = self._sparse_map
             return (x.to(t.device).matmul(t) - shift).contiguous()
         if mean.device.type == "cpu":
@@ -233,6 +233,21 @@ class TreeSampler(Sampler):
             whiten_rows(x.to(mean).contiguous().numpy(), mean.numpy(), transform.numpy(), out)
             return torch.from_numpy(out)
         return ((x.to(mean) - mean) @ transform.t()).contiguous()
+
+    @staticmethod
+    def _mapped_mean(mean: torch.Tensor, transform: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """μ·Tᵀ (k,). On the CPU a fixed-order float64 sum: ``mean @ t`` over a sparse input's
+        D (830,909 GeoNames cells) splits the sum between torch's threads, so its last bits,
+        and with them every whitened row and the adversarial model trained on them, changed
+        with the thread count (1 and 2 threads gave different model bytes)."""
+        if mean.device.type != "cpu":
+            return mean @ t
+        from tailkit.plugins.samplers.tree_kernels import whiten_rows
+
+        out = np.empty((1, transform.shape[0]), dtype=np.float32)
+        m = mean.contiguous().numpy()
+        whiten_rows(m[None, :], np.zeros_like(m), transform.contiguous().numpy(), out)
+        return torch.from_numpy(out[0])
 
     def _on_cpu(self) -> bool:
         return self._table("weight").device.type == "cpu"
