@@ -374,12 +374,34 @@ def subtree_leaves(x, weight_k, bias_k, depth, root_lp, r_lo, r_hi, slot, first_
 def whiten_rows(x, mean, transform, out):
     """out = (x − μ)·Tᵀ for dense rows x (B, D), T (k, D), accumulated in float64 in a fixed
     order per row: a GEMM's rounding depends on how many rows it gets, and the tree's
-    log-probabilities of a row must not depend on which rows were scored with it."""
+    log-probabilities of a row must not depend on which rows were scored with it.
+
+    Each of a row's k sums runs over j = 0, 1, … in order, as one sum at a time did, but the k
+    sums advance together (the inner loop over them vectorises): one at a time, each was a
+    chain of D dependent additions, 1.3 ms of a 1,024-row draw at D = 128 (two cores), longer
+    than the draws themselves; now ~0.2 ms, the same values bit for bit."""
     rows, dim = x.shape
     k = transform.shape[0]
-    for i in numba.prange(rows):
+    if rows < 16:  # a few rows (μ·Tᵀ of a sparse input): not worth the transposed copy
+        for i in range(rows):
+            for a in range(k):
+                acc = 0.0
+                for j in range(dim):
+                    acc += (np.float64(x[i, j]) - np.float64(mean[j])) * np.float64(transform[a, j])
+                out[i, a] = acc
+        return
+    by_input = np.empty((dim, k))  # Tᵀ in float64: row j holds every sum's j-th weight
+    for j in range(dim):
         for a in range(k):
-            acc = 0.0
-            for j in range(dim):
-                acc += (np.float64(x[i, j]) - np.float64(mean[j])) * np.float64(transform[a, j])
-            out[i, a] = acc
+            by_input[j, a] = np.float64(transform[a, j])
+    for i in numba.prange(rows):
+        acc = np.zeros(k)
+        xi = x[i]
+        for j in range(dim):
+            centred = np.float64(xi[j]) - np.float64(mean[j])
+            weights = by_input[j]
+            for a in range(k):
+                acc[a] = acc[a] + centred * weights[a]
+        row = out[i]
+        for a in range(k):
+            row[a] = acc[a]
