@@ -444,7 +444,7 @@ def test_sparse_whitening_does_not_depend_on_torch_threads() -> None:
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            sampler._sparse_map = None  # recomputed under this thread count
+            sampler._shift = None  # recomputed under this thread count
             whitened.append(sampler.whiten(x))
     finally:
         torch.set_num_threads(before)
@@ -457,9 +457,9 @@ def test_sparse_whitening_does_not_depend_on_torch_threads() -> None:
 
 
 def test_whitening_gives_a_row_the_same_bits_in_any_block() -> None:
-    """whiten_rows sums each of a row's k outputs over the inputs in order, whether it takes
-    the few-rows path (one sum at a time) or advances all k sums together (16 rows or more):
-    a row's whitened values, and so its tree log-probabilities, do not depend on its block."""
+    """whiten_rows sums each of a row's k outputs over the inputs in order, the k sums side by
+    side: a row's whitened values, and so its tree log-probabilities, do not depend on the
+    rows it comes with."""
     from tailkit.plugins.samplers.tree_kernels import whiten_rows
 
     rng = np.random.default_rng(5)
@@ -467,11 +467,12 @@ def test_whitening_gives_a_row_the_same_bits_in_any_block() -> None:
     x = rng.standard_normal((rows, dim)).astype(np.float32)
     mean = rng.standard_normal(dim).astype(np.float32)
     transform = rng.standard_normal((k, dim)).astype(np.float32)
+    transform_t = np.ascontiguousarray(transform.T)
     together = np.empty((rows, k), dtype=np.float32)
-    whiten_rows(x, mean, transform, together)
+    whiten_rows(x, mean, transform_t, together)
     for i in range(rows):
         alone = np.empty((1, k), dtype=np.float32)
-        whiten_rows(x[i : i + 1], mean, transform, alone)
+        whiten_rows(x[i : i + 1], mean, transform_t, alone)
         np.testing.assert_array_equal(alone[0], together[i])
     exact = (x.astype(np.float64) - mean) @ transform.T.astype(np.float64)
     np.testing.assert_allclose(together, exact, rtol=1e-6, atol=1e-5)

@@ -127,7 +127,8 @@ class TreeSampler(Sampler):
         self.depth = 0
         self._report: dict[str, Any] = {}
         self._tables: dict[str, torch.Tensor] = {}
-        self._sparse_map: tuple[torch.Tensor, torch.Tensor] | None = None  # (Tᵀ, μ·Tᵀ)
+        self._transposed: torch.Tensor | None = None  # Tᵀ (D, k), contiguous
+        self._shift: torch.Tensor | None = None  # μ·Tᵀ (k,), for sparse rows
         self._kernel: _KernelTables | None = None  # the all-leaves kernels' tables
         self._order: torch.Tensor | None = None
         self._position: torch.Tensor | None = None  # inverse of _order
@@ -185,7 +186,7 @@ class TreeSampler(Sampler):
             "leaf_of_label": torch.from_numpy(tree.leaf_of_label),
             "label_of_leaf": torch.from_numpy(tree.label_of_leaf),
         }
-        self._sparse_map = None
+        self._transposed = self._shift = None
         self._kernel = self._order = self._position = None
         self._warm_up()
         self._report = {
@@ -212,30 +213,35 @@ class TreeSampler(Sampler):
         """x̃ = (x − μ) Tᵀ, the k-dim features the tree routes on, float32 contiguous; on the
         CPU each row's x̃ is the same whichever rows come with it (a compiled fixed-order sum).
 
-        Sparse rows are never centred in place (that would densify them): x̃ = x·Tᵀ − μ·Tᵀ,
-        with Tᵀ (D, k) kept contiguous once for ``embedding_bag``.
+        Sparse rows are never centred in place (that would densify them): x̃ = x·Tᵀ − μ·Tᵀ.
         """
         mean, transform = self._table("mean"), self._table("transform")
         if x.shape[-1] != mean.shape[0]:
             raise ValueError(
                 f"the tree was fitted on {mean.shape[0]}-dim features, got {x.shape[-1]}"
             )
+        t = self._transform_t()
         if isinstance(x, SparseRows):
-            if self._sparse_map is None:
-                t = transform.t().contiguous()
-                self._sparse_map = (t, self._mapped_mean(mean, transform, t))
-            t, shift = self._sparse_map
-            return (x.to(t.device).matmul(t) - shift).contiguous()
+            if self._shift is None:
+                self._shift = self._mapped_mean(mean, t)
+            return (x.to(t.device).matmul(t) - self._shift).contiguous()
         if mean.device.type == "cpu":
             from tailkit.plugins.samplers.tree_kernels import whiten_rows
 
-            out = np.empty((x.shape[0], transform.shape[0]), dtype=np.float32)
-            whiten_rows(x.to(mean).contiguous().numpy(), mean.numpy(), transform.numpy(), out)
+            out = np.empty((x.shape[0], t.shape[1]), dtype=np.float32)
+            whiten_rows(x.to(mean).contiguous().numpy(), mean.numpy(), t.numpy(), out)
             return torch.from_numpy(out)
         return ((x.to(mean) - mean) @ transform.t()).contiguous()
 
+    def _transform_t(self) -> torch.Tensor:
+        """Tᵀ (D, k) contiguous, built once per tree: ``embedding_bag``'s table for sparse rows
+        and the whitening kernel's for dense ones (each input reads one row of it)."""
+        if self._transposed is None:
+            self._transposed = self._table("transform").t().contiguous()
+        return self._transposed
+
     @staticmethod
-    def _mapped_mean(mean: torch.Tensor, transform: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def _mapped_mean(mean: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """μ·Tᵀ (k,). On the CPU a fixed-order float64 sum: ``mean @ t`` over a sparse input's
         D (830,909 GeoNames cells) splits the sum between torch's threads, so its last bits,
         and with them every whitened row and the adversarial model trained on them, changed
@@ -244,9 +250,9 @@ class TreeSampler(Sampler):
             return mean @ t
         from tailkit.plugins.samplers.tree_kernels import whiten_rows
 
-        out = np.empty((1, transform.shape[0]), dtype=np.float32)
+        out = np.empty((1, t.shape[1]), dtype=np.float32)
         m = mean.contiguous().numpy()
-        whiten_rows(m[None, :], np.zeros_like(m), transform.contiguous().numpy(), out)
+        whiten_rows(m[None, :], np.zeros_like(m), t.numpy(), out)
         return torch.from_numpy(out[0])
 
     def _on_cpu(self) -> bool:
@@ -449,7 +455,7 @@ class TreeSampler(Sampler):
 
     def to(self, device: torch.device) -> TreeSampler:
         self._tables = {k: v.to(device) for k, v in self._tables.items()}
-        self._sparse_map = None
+        self._transposed = self._shift = None
         self._kernel = self._order = self._position = None
         return self
 
@@ -488,7 +494,7 @@ class TreeSampler(Sampler):
             k: state[k]
             for k in ("mean", "transform", "weight", "bias", "leaf_of_label", "label_of_leaf")
         }
-        self._sparse_map = None
+        self._transposed = self._shift = None
         self._kernel = self._order = self._position = None
         self._warm_up()
 
