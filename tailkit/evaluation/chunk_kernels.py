@@ -22,23 +22,23 @@ import numpy as np
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.fastmath import exp_nonpositive
 
-#: Independent running maxima: LLVM does not vectorise a max reduction written as one loop
-#: (it needs a function-wide no-NaN attribute numba does not set), but it packs 16 lanes.
-_LANES = 16
+#: Running maxima, one per column of a 64-column stripe (see softmax_kernels._MAX_STRIPE: the
+#: element-wise max of a stripe into them vectorises, 16 unrolled maxima did not).
+_MAX_STRIPE = 64
 
 
 @numba.njit(cache=True, fastmath={"nnan", "nsz"})
 def _row_max(s):
     n = s.shape[0]
-    body = n - n % _LANES
-    lanes = np.full(_LANES, -np.inf, dtype=s.dtype)
-    for j in range(0, body, _LANES):
-        for lane in range(_LANES):
-            v = s[j + lane]
-            lanes[lane] = max(lanes[lane], v)
+    body = n - n % _MAX_STRIPE
+    most = np.full(_MAX_STRIPE, -np.inf, dtype=s.dtype)
+    for start in range(0, body, _MAX_STRIPE):
+        stripe = s[start : start + _MAX_STRIPE]
+        for j in range(_MAX_STRIPE):
+            most[j] = max(most[j], stripe[j])
     m = -np.inf
-    for lane in range(_LANES):
-        m = max(m, np.float64(lanes[lane]))
+    for j in range(_MAX_STRIPE):
+        m = max(m, np.float64(most[j]))
     for j in range(body, n):
         m = max(m, np.float64(s[j]))
     return m

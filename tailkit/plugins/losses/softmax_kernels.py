@@ -26,8 +26,12 @@ import numpy as np
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.fastmath import CLAMP_F32, exp_neg_f32
 
-#: Independent running maxima: LLVM does not vectorise a max reduction written as one loop.
-_LANES = 16
+#: Running maxima kept in a block of memory, one per column of a 64-column stripe: LLVM does
+#: not vectorise a max reduction (it needs a function-wide no-NaN attribute numba does not
+#: set), but it does vectorise the element-wise max of a stripe into the block. 16 running
+#: maxima unrolled instead stayed scalar, each stored back every step (the block may alias the
+#: row as far as LLVM knows): 0.42 → 0.20 ns an entry, one core (B = 512, C = 3,875).
+_MAX_STRIPE = 64
 #: Columns summed in float32 lanes before the block's sum joins the row's float64 total: the
 #: float32 rounding then grows with the block (about 1e-7 · √(1024/8)), not with C.
 _BLOCK = 1024
@@ -39,14 +43,15 @@ def _row_max(f, o):
     """max over j of f[j] + o[j] (float32). Whole rows only: a loop that starts past the row's
     first column measured twice as slow."""
     n = f.shape[0]
-    body = n - n % _LANES
-    lanes = np.full(_LANES, -np.inf, dtype=np.float32)
-    for j in range(0, body, _LANES):
-        for lane in range(_LANES):
-            lanes[lane] = max(lanes[lane], f[j + lane] + o[j + lane])
+    body = n - n % _MAX_STRIPE
+    most = np.full(_MAX_STRIPE, -np.inf, dtype=np.float32)
+    for start in range(0, body, _MAX_STRIPE):
+        fs, os = f[start : start + _MAX_STRIPE], o[start : start + _MAX_STRIPE]
+        for j in range(_MAX_STRIPE):
+            most[j] = max(most[j], fs[j] + os[j])
     m = np.float32(-np.inf)
-    for lane in range(_LANES):
-        m = max(m, lanes[lane])
+    for j in range(_MAX_STRIPE):
+        m = max(m, most[j])
     for j in range(body, n):
         m = max(m, f[j] + o[j])
     return m
