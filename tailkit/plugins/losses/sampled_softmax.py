@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from tailkit.components import CorrectsAtPrediction, Loss, SampledBatch
+from tailkit.plugins.losses.sampled_softmax_kernels import (
+    sampled_softmax_backward,
+    sampled_softmax_forward,
+)
 from tailkit.plugins.losses.weighting import Weighting, log_weights
 from tailkit.validation import Constraint, Interval
 
@@ -85,10 +90,34 @@ class SampledSoftmax(CorrectsAtPrediction, Loss):
         return torch.cat([pos.unsqueeze(1), neg], dim=1)
 
     def forward(self, batch: SampledBatch) -> torch.Tensor:
-        logits = self.adjusted_logits(batch)
-        # The positive column is always finite, so logsumexp never sees an all −inf row.
-        per_example = torch.logsumexp(logits, dim=1) - logits[:, 0]
+        if _compiled_path(batch):
+            per_example = self._compiled(batch)
+        else:
+            logits = self.adjusted_logits(batch)
+            # The positive column is always finite, so logsumexp never sees an all −inf row.
+            per_example = torch.logsumexp(logits, dim=1) - logits[:, 0]
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
+
+    def _compiled(self, batch: SampledBatch) -> torch.Tensor:
+        """Per-example losses (B,) from the compiled kernels: the same terms as
+        :meth:`adjusted_logits` and ``logsumexp``, without their (B, 1 + m) temporaries."""
+        pos, neg = batch.pos_logits, batch.neg_logits
+        log_w = log_weights(self.weighting, batch, neg, tau=self.tau)
+        if log_w is None:
+            log_w = neg.new_zeros(1, neg.shape[1])
+        elif log_w.dim() < 2 or log_w.shape[0] == 1:
+            log_w = log_w.reshape(1, -1).expand(1, neg.shape[1])
+        else:
+            log_w = log_w.expand_as(neg)
+        if self.positive_correction:
+            pos = pos - (batch.pos_log_q.detach().to(pos) + math.log(neg.shape[1]))
+        per_example: torch.Tensor = _CompiledSampledSoftmax.apply(
+            pos.contiguous(),
+            neg.contiguous(),
+            log_w.detach().to(neg.dtype).contiguous(),
+            batch.hits.to(torch.bool).contiguous(),
+        )
+        return per_example
 
     @property
     def uses_log_q(self) -> bool:
@@ -99,3 +128,51 @@ class SampledSoftmax(CorrectsAtPrediction, Loss):
             f"weighting={self.weighting!r}, tau={self.tau:g}, positive_correction={self.positive_correction}, "
             f"correct_at_prediction={self.correct_at_prediction}, reduction={self.reduction!r}"
         )
+
+
+def _compiled_path(batch: SampledBatch) -> bool:
+    """float32 (B, m) negatives on the CPU take the compiled kernels; float64 (the reference
+    tests' precision) and CUDA take torch."""
+    neg = batch.neg_logits
+    return (
+        neg.device.type == "cpu"
+        and neg.dtype == torch.float32
+        and batch.pos_logits.dtype == torch.float32
+        and neg.ndim == 2
+    )
+
+
+class _CompiledSampledSoftmax(torch.autograd.Function):
+    """ℓ_i = log(e^(p_i) + Σ_{j not a hit} e^(f_ij + w_ij)) − p_i per row (B,), from
+    :mod:`~tailkit.plugins.losses.sampled_softmax_kernels`; the weights and hits are constants.
+    Keeps the row log-sum-exps (B,) for the backward, not a (B, 1 + m) softmax."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, pos: torch.Tensor, neg: torch.Tensor, log_w: torch.Tensor, hits: torch.Tensor
+    ) -> torch.Tensor:
+        rows = neg.shape[0]
+        lse = torch.empty(rows, dtype=torch.float64)
+        loss = torch.empty(rows, dtype=torch.float32)
+        sampled_softmax_forward(
+            pos.numpy(), neg.numpy(), log_w.numpy(), hits.numpy(), lse.numpy(), loss.numpy()
+        )
+        ctx.save_for_backward(pos, neg, log_w, hits, lse)
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+        pos, neg, log_w, hits, lse = ctx.saved_tensors
+        grad_pos, grad_neg = torch.empty_like(pos), torch.empty_like(neg)
+        sampled_softmax_backward(
+            pos.numpy(),
+            neg.numpy(),
+            log_w.numpy(),
+            hits.numpy(),
+            lse.numpy(),
+            grad.to(torch.float32).contiguous().numpy(),
+            grad_pos.numpy(),
+            grad_neg.numpy(),
+        )
+        return grad_pos, grad_neg, None, None
