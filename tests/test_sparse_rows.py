@@ -12,7 +12,12 @@ from tailkit.plugins.models.sparse import SparseLinear
 from tailkit.sparse import SparseRows
 from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
 from tailkit.training.output_layer import OutputLayer
-from tailkit.training.sparse_rows import _torch_update, apply_dense_adagrad, apply_sparse_step
+from tailkit.training.sparse_rows import (
+    _torch_update,
+    apply_dense_adagrad,
+    apply_row_adagrad,
+    apply_sparse_step,
+)
 
 ROWS, WIDTH = 500, 12
 
@@ -255,6 +260,56 @@ def test_dense_adagrad_does_not_depend_on_the_thread_count() -> None:
         table, acc, grads = _dense_case(torch.float32, (2000, 64))
         for grad in grads:
             apply_dense_adagrad(table, acc, grad, 0.1, 1e-10)
+        return table, acc
+
+    _assert_all_equal(_on_one_thread_and_all(update))
+
+
+def _row_case(dtype: torch.dtype, width: int | None = 17):
+    """A sampled step's rows: 40 unique ids of a 300-row table, four steps of gradients."""
+    table, acc, _ = _dense_case(dtype, (300, width) if width else (300,))
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randperm(300, generator=g)[:40]
+    shape = (40, width) if width else (40,)
+    grads = [torch.randn(shape, generator=g, dtype=dtype) * 1e-2 for _ in range(4)]
+    return table, acc, ids, grads
+
+
+@pytest.mark.parametrize("width", [17, None])  # an output layer's weights, its biases
+def test_row_adagrad_follows_the_formula_in_float64_and_leaves_other_rows(width) -> None:
+    table, acc, ids, grads = _row_case(torch.float64, width)
+    w, a = table.numpy().copy(), acc.numpy().copy()
+    rows = ids.numpy()
+    for grad in grads:
+        a[rows] += grad.numpy() ** 2
+        w[rows] -= 0.3 * grad.numpy() / (np.sqrt(a[rows]) + 1e-10)
+        apply_row_adagrad(table, acc, ids, grad, 0.3, 1e-10)
+    np.testing.assert_allclose(table.numpy(), w, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(acc.numpy(), a, rtol=1e-13, atol=0)
+    untouched = np.setdiff1d(np.arange(300), rows)
+    before, before_acc, _, _ = _row_case(torch.float64, width)
+    assert np.array_equal(table.numpy()[untouched], before.numpy()[untouched])
+    assert np.array_equal(acc.numpy()[untouched], before_acc.numpy()[untouched])
+
+
+def test_row_adagrad_equals_its_torch_path_in_float32() -> None:
+    table, acc, ids, grads = _row_case(torch.float32)
+    fallback_table, fallback_acc = table.clone(), acc.clone()
+    for grad in grads:
+        apply_row_adagrad(table, acc, ids, grad, 0.3, 1e-10)
+        # the torch ops the kernel replaces (the path off the CPU)
+        a = fallback_acc.index_select(0, ids).addcmul_(grad, grad)
+        fallback_acc.index_copy_(0, ids, a)
+        fallback_table.index_add_(0, ids, grad / a.sqrt_().add_(1e-10), alpha=-0.3)
+    torch.testing.assert_close(table, fallback_table, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(acc, fallback_acc, rtol=1e-6, atol=0)
+
+
+def test_row_adagrad_does_not_depend_on_the_thread_count() -> None:
+    def update():
+        table, acc, ids, grads = _row_case(torch.float32)
+        for grad in grads:
+            apply_row_adagrad(table, acc, ids, grad, 0.1, 1e-10)
         return table, acc
 
     _assert_all_equal(_on_one_thread_and_all(update))

@@ -29,7 +29,7 @@ import torch
 from tailkit.errors import InvalidParameterError
 from tailkit.training.output_layer import OutputLayer, Rows
 from tailkit.training.schedules import Schedule, ScheduleSpec
-from tailkit.training.sparse_rows import apply_dense_adagrad, apply_sparse_step
+from tailkit.training.sparse_rows import apply_dense_adagrad, apply_row_adagrad, apply_sparse_step
 from tailkit.validation import Interval
 
 
@@ -295,11 +295,8 @@ class RowSparseAdagrad(RowSparseOptimizer):
                 continue
             if rows.ids is None:
                 apply_dense_adagrad(table, acc, grad, lr, self.eps)
-            else:
-                # ids are unique (OutputLayer.sampled merged duplicates), so select/copy is exact.
-                a = acc.index_select(0, rows.ids).addcmul_(grad, grad)
-                acc.index_copy_(0, rows.ids, a)
-                table.index_add_(0, rows.ids, grad / a.sqrt_().add_(self.eps), alpha=-lr)
+            else:  # ids are unique: OutputLayer.sampled merged duplicates
+                apply_row_adagrad(table, acc, rows.ids, grad, lr, self.eps)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "acc_tables": self.acc_tables}

@@ -1,5 +1,6 @@
 """Adagrad and SGD on a sparse input table (an ``EmbeddingBag(sparse=True)``), row by row; and
-Adagrad on a whole output layer in one pass (:func:`apply_dense_adagrad`).
+Adagrad on a whole output layer in one pass (:func:`apply_dense_adagrad`), or on the rows a
+sampled step touched (:func:`apply_row_adagrad`).
 
 Why hand-written: ``torch.optim.Adagrad`` on a sparse gradient coalesces it, then makes about
 six passes over the touched rows of a table with 10^5–10^6 rows (add the squared values into
@@ -60,6 +61,18 @@ def _update_all(table, acc, grad, lr, eps):  # pragma: no cover
             table[r, c] = table[r, c] + (-lr) * (g / (np.sqrt(a) + eps))
 
 
+@numba.njit(parallel=True, cache=True)
+def _update_listed(table, acc, ids, grad, lr, eps):  # pragma: no cover
+    for r in numba.prange(ids.shape[0]):
+        # row views, indexed from 0 in the loop: the update vectorises
+        t, a_row, g_row = table[ids[r]], acc[ids[r]], grad[r]
+        for c in range(g_row.shape[0]):
+            g = g_row[c]
+            a = a_row[c] + g * g
+            a_row[c] = a
+            t[c] = t[c] + (-lr) * (g / (np.sqrt(a) + eps))
+
+
 _KERNEL_SCALARS: dict[torch.dtype, type[np.floating]] = {
     torch.float32: np.float32,
     torch.float64: np.float64,
@@ -99,6 +112,42 @@ def apply_dense_adagrad(
             table.reshape(rows, -1).numpy(),
             acc.reshape(rows, -1).numpy(),
             grad.contiguous().reshape(rows, -1).numpy(),
+            scalar(lr),
+            scalar(eps),
+        )
+
+
+def apply_row_adagrad(
+    table: torch.Tensor,
+    acc: torch.Tensor,
+    ids: torch.Tensor,
+    grad: torch.Tensor,
+    lr: float,
+    eps: float,
+) -> None:
+    """Adagrad on rows ``ids`` (unique) of ``table`` from their gradient ``grad`` (one row per
+    id; a bias is a table of width 1), with the arithmetic of :func:`apply_sparse_step`.
+
+    A sampled step's output layer: torch's select, multiply-add, copy back, square root,
+    divide and scattered add made six passes over the touched rows and four temporaries as
+    large (0.79 ms of a 7 ms step at 1,024 rows of 1,024 shared negatives, d = 128, on the
+    2-core Xeon); this is one pass. Each row is updated by one thread, so the values do not
+    depend on the thread count; ids must be unique, as ``OutputLayer.sampled`` makes them.
+    """
+    with torch.no_grad():
+        scalar = _kernel_scalar(table)
+        if scalar is None or not (table.is_contiguous() and acc.is_contiguous()):
+            a = acc.index_select(0, ids).addcmul_(grad, grad)
+            acc.index_copy_(0, ids, a)
+            table.index_add_(0, ids, grad / a.sqrt_().add_(eps), alpha=-lr)
+            return
+        if ids.numel() == 0:
+            return
+        _update_listed(
+            table.reshape(table.shape[0], -1).numpy(),
+            acc.reshape(acc.shape[0], -1).numpy(),
+            ids.numpy(),
+            grad.contiguous().reshape(ids.shape[0], -1).numpy(),
             scalar(lr),
             scalar(eps),
         )
