@@ -23,7 +23,7 @@ import numba
 import numpy as np
 
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import EXACT_ENOUGH, softplus_neg_f32
+from tailkit.fastmath import EXACT_ENOUGH, exp_neg_f32, softplus_neg_f32
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -54,12 +54,33 @@ def _node_logit(xi, w, b):
 
 @numba.njit(cache=True, inline="always", fastmath=True)
 def _branch_probs(z):
-    """(σ(−z), σ(z)) computed without cancellation: one exp of −|z|."""
-    e = math.exp(-abs(z))
+    """(σ(−z), σ(z)) computed without cancellation from e = e^(−|z|), as the draws' step
+    (:func:`_steps`) forms them: the same operations, so the same float64 values."""
+    e = exp_neg_f32(abs(z))
     inv = 1.0 / (1.0 + e)
     if z >= 0.0:
         return e * inv, inv
     return inv, e * inv
+
+
+@numba.njit(cache=True, inline="always", fastmath=True)
+def _steps(z, e, node, prob, seed, base, depth, level):
+    """One level's step of a row's draws: each goes right with probability σ(z[j]), and its
+    path probability takes the branch's. e^(−|z|) first, for all the draws in one loop (the
+    float32 polynomial exp of tailkit/fastmath.py, which vectorises; libm's exp per draw was
+    most of a step's time), then the coin flips as selects, not branches."""
+    m = z.shape[0]
+    for j in range(m):
+        e[j] = exp_neg_f32(abs(z[j]))
+    for j in range(m):
+        ej = e[j]
+        inv = 1.0 / (1.0 + ej)
+        right = inv if z[j] >= 0.0 else ej * inv
+        left = ej * inv if z[j] >= 0.0 else inv
+        u = _uniform(seed, (base + np.uint64(j)) * np.uint64(depth) + np.uint64(level))
+        go = u < right
+        node[j] = 2 * node[j] + (1 if go else 0)
+        prob[j] *= right if go else left
 
 
 @numba.njit(parallel=True, cache=True, fastmath=True)
@@ -77,6 +98,7 @@ def sample_paths(x, weight, bias, label_of_leaf, depth, m, seed, out_ids, out_lo
         prob = np.ones(m)
         log_acc = np.zeros(m)
         z = np.empty(m, dtype=x.dtype)
+        e = np.empty(m, dtype=np.float32)
         xi = x[i]
         base = np.uint64(i) * np.uint64(m)
         for level in range(depth):
@@ -88,12 +110,7 @@ def sample_paths(x, weight, bias, label_of_leaf, depth, m, seed, out_ids, out_lo
             # an if/else per step instead of the selects below, no faster than one pass).
             for j in range(m):
                 z[j] = _node_logit(xi, weight[node[j] - 1], bias[node[j] - 1])
-            for j in range(m):  # selects, not branches: the step is a coin flip
-                left, right = _branch_probs(z[j])
-                u = _uniform(seed, (base + np.uint64(j)) * np.uint64(depth) + np.uint64(level))
-                go = u < right
-                node[j] = 2 * node[j] + (1 if go else 0)
-                prob[j] *= right if go else left
+            _steps(z, e, node, prob, seed, base, depth, level)
             for j in range(m):
                 if prob[j] < _SMALL:
                     log_acc[j] += math.log(prob[j])
