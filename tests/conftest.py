@@ -168,3 +168,15 @@ def _private_catalog_cache(tmp_path_factory, monkeypatch):
 
     folder = tmp_path_factory.getbasetemp() / "catalog-cache"
     monkeypatch.setattr(catalog, "cache_dir", lambda: folder)
+
+
+@pytest.fixture(autouse=True)
+def _seeded_global_generator():
+    """Every test starts from the same state of torch's global generator: a test that draws
+    from it (``torch.rand`` without a generator) then gets the same numbers whichever tests ran
+    before it. Without this, the float32-against-float64 tests of the fused losses drew
+    weights that depended on the test order, and one order put an error just past its
+    tolerance."""
+    import torch
+
+    torch.manual_seed(0)
