@@ -21,6 +21,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.fastmath import EXACT_ENOUGH, exp_neg_f32, softplus_neg_f32
@@ -30,6 +33,36 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _INV_2_53 = 1.0 / 9007199254740992.0
 _SMALL = 1e-200  # below this the running product is folded into the log
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Ask the cache for element ``index`` of a 1- or 2-D array (its row, for 2-D) ahead of its
+    use (LLVM's prefetch: read, keep in every level); no effect on any value."""
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        ary = context.make_array(array_type)(context, builder, args[0])
+        at = context.cast(builder, args[1], signature.args[1], types.intp)
+        zero = context.get_constant(types.intp, 0)
+        indices = [at] + [zero] * (array_type.ndim - 1)
+        pointer = cgutils.get_item_pointer(
+            context, builder, array_type, ary, indices, wraparound=False
+        )
+        byte = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        declared = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
+            "llvm.prefetch.p0",
+        )
+        flags = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+        builder.call(declared, [builder.bitcast(pointer, byte), *flags])
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
 
 
 @numba.njit(cache=True, inline="always", fastmath=True)
@@ -64,7 +97,7 @@ def _branch_probs(z):
 
 
 @numba.njit(cache=True, inline="always", fastmath=True)
-def _steps(z, e, node, prob, seed, base, depth, level):
+def _steps(z, e, node, prob, seed, base, depth, level, weight, bias):
     """One level's step of a row's draws: each goes right with probability σ(z[j]), and its
     path probability takes the branch's. e^(−|z|) first, for all the draws in one loop (the
     float32 polynomial exp of tailkit/fastmath.py, which vectorises; libm's exp per draw was
@@ -81,6 +114,14 @@ def _steps(z, e, node, prob, seed, base, depth, level):
         go = u < right
         node[j] = 2 * node[j] + (1 if go else 0)
         prob[j] *= right if go else left
+    for j in range(m):
+        # the next level's two candidates (rows 2ν − 1 and 2ν of the chosen ν's children) are
+        # fetched a level early: at depth 20 the deep levels are cache misses
+        child = 2 * node[j] - 1
+        if child + 1 < weight.shape[0]:
+            _prefetch(weight, child)
+            _prefetch(weight, child + 1)
+            _prefetch(bias, child)
 
 
 @numba.njit(parallel=True, cache=True, fastmath=True)
@@ -110,7 +151,7 @@ def sample_paths(x, weight, bias, label_of_leaf, depth, m, seed, out_ids, out_lo
             # an if/else per step instead of the selects below, no faster than one pass).
             for j in range(m):
                 z[j] = _node_logit(xi, weight[node[j] - 1], bias[node[j] - 1])
-            _steps(z, e, node, prob, seed, base, depth, level)
+            _steps(z, e, node, prob, seed, base, depth, level, weight, bias)
             for j in range(m):
                 if prob[j] < _SMALL:
                     log_acc[j] += math.log(prob[j])
@@ -131,6 +172,11 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
         r = i * per_row
         for j in range(n):
             target = leaf[r, j] + leaves
+            # the path is known before it is walked: ask for all of its nodes at once, so the
+            # deep levels' cache misses overlap instead of coming one after the other
+            for level in range(depth):
+                _prefetch(weight, (target >> (depth - level)) - 1)
+                _prefetch(bias, (target >> (depth - level)) - 1)
             prob = 1.0
             log_acc = 0.0
             node = 1
