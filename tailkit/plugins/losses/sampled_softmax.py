@@ -47,6 +47,10 @@ class SampledSoftmax(CorrectsAtPrediction, Loss):
 
     ``correct_at_prediction=True`` makes :meth:`adjust_scores` add log q(y|x) from the sampler
     to the scores at prediction time (the Bayes-optimal correction for ``"constant"``).
+
+    float32 logits on the CPU take compiled kernels for the loss and its gradient
+    (:mod:`~tailkit.plugins.losses.sampled_softmax_kernels`); float64 and CUDA take the torch
+    ops of :meth:`adjusted_logits`. Both compute the same terms.
     """
 
     constraints: ClassVar[dict[str, Constraint]] = {"tau": Interval(0, None)}
