@@ -86,10 +86,10 @@ def _node_logit(xi, w, b):
 
 
 @numba.njit(cache=True, inline="always", fastmath=True)
-def _branch_probs(z):
-    """(σ(−z), σ(z)) computed without cancellation from e = e^(−|z|), as the draws' step
-    (:func:`_steps`) forms them: the same operations, so the same float64 values."""
-    e = exp_neg_f32(abs(z))
+def _branch_probs(z, e):
+    """(σ(−z), σ(z)) computed without cancellation from e = e^(−|z|). The draws' step and
+    :func:`path_log_prob` both form them here, so a drawn label's log q is log_prob's bit for
+    bit."""
     inv = 1.0 / (1.0 + e)
     if z >= 0.0:
         return e * inv, inv
@@ -106,10 +106,7 @@ def _steps(z, e, node, prob, seed, base, depth, level, weight, bias):
     for j in range(m):
         e[j] = exp_neg_f32(abs(z[j]))
     for j in range(m):
-        ej = e[j]
-        inv = 1.0 / (1.0 + ej)
-        right = inv if z[j] >= 0.0 else ej * inv
-        left = ej * inv if z[j] >= 0.0 else inv
+        left, right = _branch_probs(z[j], e[j])
         u = _uniform(seed, (base + np.uint64(j)) * np.uint64(depth) + np.uint64(level))
         go = u < right
         node[j] = 2 * node[j] + (1 if go else 0)
@@ -181,7 +178,8 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
             log_acc = 0.0
             node = 1
             for level in range(depth):
-                left, right = _branch_probs(_node_logit(x[i], weight[node - 1], bias[node - 1]))
+                z = _node_logit(x[i], weight[node - 1], bias[node - 1])
+                left, right = _branch_probs(z, exp_neg_f32(abs(z)))
                 if (target >> (depth - 1 - level)) & 1:
                     node = 2 * node + 1
                     prob *= right
