@@ -29,6 +29,16 @@ import torch
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 
 
+@numba.njit(cache=True, inline="always")
+def _adagrad_row(row, acc_row, g, lr, eps):  # pragma: no cover
+    """a ← a + g·g, w ← w − lr·g/(√a + ε) on one row, each step rounded on its own: the
+    arithmetic of every Adagrad kernel here. Row views indexed from 0: the loop vectorises."""
+    for c in range(g.shape[0]):
+        a = acc_row[c] + g[c] * g[c]
+        acc_row[c] = a
+        row[c] = row[c] + (-lr) * (g[c] / (np.sqrt(a) + eps))
+
+
 @numba.njit(parallel=True, cache=True)
 def _update(table, acc, sorted_ids, order, starts, values, lr, eps, adagrad):  # pragma: no cover
     width = table.shape[1]
@@ -41,10 +51,7 @@ def _update(table, acc, sorted_ids, order, starts, values, lr, eps, adagrad):  #
             for c in range(width):
                 g[c] += src[c]
         if adagrad:
-            for c in range(width):
-                a = acc[row, c] + g[c] * g[c]
-                acc[row, c] = a
-                table[row, c] = table[row, c] + (-lr) * (g[c] / (np.sqrt(a) + eps))
+            _adagrad_row(table[row], acc[row], g, lr, eps)
         else:
             for c in range(width):
                 table[row, c] = table[row, c] + (-lr) * g[c]
@@ -52,25 +59,14 @@ def _update(table, acc, sorted_ids, order, starts, values, lr, eps, adagrad):  #
 
 @numba.njit(parallel=True, cache=True)
 def _update_all(table, acc, grad, lr, eps):  # pragma: no cover
-    rows, width = table.shape
-    for r in numba.prange(rows):
-        for c in range(width):
-            g = grad[r, c]
-            a = acc[r, c] + g * g
-            acc[r, c] = a
-            table[r, c] = table[r, c] + (-lr) * (g / (np.sqrt(a) + eps))
+    for r in numba.prange(table.shape[0]):
+        _adagrad_row(table[r], acc[r], grad[r], lr, eps)
 
 
 @numba.njit(parallel=True, cache=True)
 def _update_listed(table, acc, ids, grad, lr, eps):  # pragma: no cover
     for r in numba.prange(ids.shape[0]):
-        # row views, indexed from 0 in the loop: the update vectorises
-        t, a_row, g_row = table[ids[r]], acc[ids[r]], grad[r]
-        for c in range(g_row.shape[0]):
-            g = g_row[c]
-            a = a_row[c] + g * g
-            a_row[c] = a
-            t[c] = t[c] + (-lr) * (g / (np.sqrt(a) + eps))
+        _adagrad_row(table[ids[r]], acc[ids[r]], grad[r], lr, eps)
 
 
 _KERNEL_SCALARS: dict[torch.dtype, type[np.floating]] = {
