@@ -1,6 +1,7 @@
 """The adversarial tree's bias correction at prediction against scoring alone, in one run.
 
     python benchmarks/bench_correction.py [--labels 10000 100000 1000000] [--dims 32 256]
+                                          [--device cpu|cuda]
 
 Evaluation of a negative-sampling model adds log p_n(y|x) of the label tree to every one of the
 C scores of a row (Bamler & Mandt's unbiased prediction). Per row this costs one pass over the
@@ -46,14 +47,21 @@ def _rows(num_classes: int, dim: int) -> int:
     return max(256, min(8192, 4 * 10**9 // (num_classes * max(dim, 64))))
 
 
-def measure(num_classes: int, dim: int, repeats: int, label_chunk: int) -> dict[str, float]:
+def measure(
+    num_classes: int,
+    dim: int,
+    repeats: int,
+    label_chunk: int,
+    device: torch.device,
+    rows: int | None = None,
+) -> dict[str, float]:
     torch.manual_seed(0)
-    rows = _rows(num_classes, dim)
-    sampler = random_tree(num_classes, dim)
-    layer = OutputLayer(num_classes, dim, generator=torch.Generator().manual_seed(0))
-    encoder = Linear(dim)
+    rows = rows or _rows(num_classes, dim)
+    sampler = random_tree(num_classes, dim).to(device)
+    layer = OutputLayer(num_classes, dim, device=device, generator=torch.Generator().manual_seed(0))
+    encoder = Linear(dim).to(device)
     x = torch.randn(rows, dim)
-    prior = torch.zeros(num_classes)
+    prior = torch.zeros(num_classes, device=device)
     runs = {
         "uncorrected": (_Uncorrected(), PredictionContext(log_prior=prior)),
         "corrected": (NegativeSampling(), PredictionContext(log_prior=prior, sampler=sampler)),
@@ -76,6 +84,8 @@ def measure(num_classes: int, dim: int, repeats: int, label_chunk: int) -> dict[
                     label_chunk=label_chunk,
                     unadjusted=False,
                 )
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
                 spent.append(time.perf_counter() - start)
             # the marginal cost of a row: what a call costs once (the leaf-ordered copy of
             # the output layer, C × d) drops out, as it does over an evaluation's rows
@@ -90,15 +100,21 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="*", default=[32, 256])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--label-chunk", type=int, default=16384)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the torch path there")
+    parser.add_argument("--rows", type=int, default=None, help="rows a call (default: by size)")
     args = parser.parse_args()
     reexec_with_tuned_malloc()
-    print(f"torch threads: {torch.get_num_threads()}; medians of {args.repeats}, ms per row")
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(
+        f"{where}, torch threads: {torch.get_num_threads()}; medians of {args.repeats}, ms per row"
+    )
     print("| C | d | rows | uncorrected | corrected | ratio | goal |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for dim in args.dims:
         goal = 2.0 if dim <= 32 else 1.2
         for num_classes in args.labels:
-            r = measure(num_classes, dim, args.repeats, args.label_chunk)
+            r = measure(num_classes, dim, args.repeats, args.label_chunk, device, args.rows)
             print(
                 f"| {num_classes:,} | {dim} | {r['rows']} | {r['uncorrected']:.3f} | "
                 f"{r['corrected']:.3f} | {r['ratio']:.2f} | ≤ {goal} |",

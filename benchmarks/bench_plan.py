@@ -1,0 +1,121 @@
+"""`tailkit plan` against a real run: one process's peak device memory and examples/s.
+
+    python benchmarks/bench_plan.py [--device cuda] [--dim 512] [--batch 4096]
+                                    [--sampled 1000000 10000000] [--full 1000000]
+                                    [--negatives 1024] [--steps 20]
+
+For each size it trains with the loop that `dvc repro` runs (tailkit/training/loop.py): a
+parameter-free linear encoder on random dense features (the output layer is what is measured),
+Adagrad, sampled softmax with shared uniform negatives (``--sampled``) or the full softmax
+(``--full``). Printed per case: the plan's per-process bytes (tailkit/distributed/plan.py,
+output layer, optimiser state and a step's activations), the peak the device's allocator
+reported over the run (``torch.cuda.max_memory_allocated``: the same tensors plus what a step
+really allocates beyond the plan's count), and examples/s of the loop (its own clock; the loop
+synchronises with the device every step). On a CPU the peak column is the process's peak RSS,
+which includes the features and the interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+
+import torch
+
+from tailkit.distributed.plan import plan
+from tailkit.registry import make_registry
+from tailkit.training.loop import LoopConfig, train
+from tailkit.training.optim import RowSparseAdagrad
+from tailkit.training.output_layer import OutputLayer
+
+ROWS_PER_BATCH = 8  # batches of distinct random rows to cycle through
+
+
+def _case(
+    classes: int, dim: int, batch: int, negatives: int | None, steps: int, device: torch.device
+) -> dict:
+    registry = make_registry()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch * ROWS_PER_BATCH, dim, generator=gen)
+    y = torch.randint(classes, (x.shape[0],), generator=gen)
+    counts = torch.bincount(y, minlength=classes).double()
+    encoder = registry.build("models", {"name": "linear"}, "bench", dim).to(device)
+    sampled = negatives is not None
+    loss = registry.build(
+        "losses", {"name": "sampled-softmax"} if sampled else {"name": "softmax"}, "bench"
+    )
+    sampler = None
+    if sampled:
+        sampler = registry.build("samplers", {"name": "uniform"}, "bench")
+        sampler.fit(None, y, classes)
+        sampler = sampler.to(device)
+    layer = OutputLayer.for_loss(loss, classes, dim, device=device, generator=gen)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    result = train(
+        cfg=LoopConfig(
+            "bench",
+            epochs=10**6,
+            batch_size=batch,
+            negatives=negatives or 0,
+            max_steps=steps,
+            eval_every=10**9,
+            checkpoint_every=10**9,
+        ),
+        encoder=encoder,
+        layer=layer,
+        loss=loss,
+        sampler=sampler,
+        optimizer=RowSparseAdagrad(lr=0.1),
+        x_train=x,
+        y_train=y,
+        x_val=x[:256],
+        y_val=y[:256],
+        class_counts=counts,
+    )
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    planned = plan(classes, dim, 1, batch_size=batch, negatives=negatives)
+    return {
+        "planned": planned.total_bytes,
+        "layer_and_state": planned.layer_bytes + planned.optimizer_bytes,
+        "peak": peak,
+        "examples_per_second": result.steps * batch / result.seconds,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--negatives", type=int, default=1024)
+    parser.add_argument("--sampled", type=int, nargs="*", default=[1_000_000, 10_000_000])
+    parser.add_argument("--full", type=int, nargs="*", default=[1_000_000])
+    parser.add_argument("--steps", type=int, default=20)
+    a = parser.parse_args()
+    device = torch.device(a.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"{where}; d = {a.dim}, batch {a.batch:,}, fp32, Adagrad, {a.steps} steps a case")
+    print("| mode | C | plan: layer + state | plan: total | measured peak | examples/s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    _case(1000, a.dim, a.batch, a.negatives, 3, device)  # CUDA context, kernels, allocator
+    cases = [(c, a.negatives) for c in a.sampled] + [(c, None) for c in a.full]
+    for classes, negatives in cases:
+        r = _case(classes, a.dim, a.batch, negatives, a.steps, device)
+        mode = "full softmax" if negatives is None else f"sampled ({negatives:,} uniform)"
+        print(
+            f"| {mode} | {classes:,} | {r['layer_and_state'] / 1e9:.2f} GB | "
+            f"{r['planned'] / 1e9:.2f} GB | {r['peak'] / 1e9:.2f} GB | "
+            f"{r['examples_per_second']:,.0f} |",
+            flush=True,
+        )
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
