@@ -19,7 +19,7 @@ from tailkit.evaluation.metrics import (
 )
 from tailkit.evaluation.per_class import group_of
 from tailkit.evaluation.plots import margin_cdf_figure, read_cdf
-from tailkit.evaluation.predict import predict
+from tailkit.evaluation.predict import GPU_CHUNK_SCORES, device_label_chunk, predict
 from tailkit.evaluation.results import write_margin_cdfs
 from tailkit.evaluation.topk import chunk_topk, chunked_topk, merge_topk
 from tailkit.groups import GroupThresholds
@@ -62,6 +62,14 @@ def test_chunked_predict_equals_dense(chunk):
         torch.testing.assert_close(preds.log_likelihood, expected_ll, rtol=1e-5, atol=1e-5)
     _, none = predict(Linear(d), layer, _Plain(), ctx, x, y, label_chunk=chunk)
     assert none is None
+
+
+def test_a_gpu_widens_the_label_chunk_to_its_score_budget_and_a_cpu_does_not():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert device_label_chunk(16_384, 2048, cpu) == 16_384
+    assert device_label_chunk(16_384, 2048, gpu) == GPU_CHUNK_SCORES // 2048 == 131_072
+    assert device_label_chunk(10**7, 2048, gpu) == 10**7  # never narrower than asked
+    assert device_label_chunk(16_384, 0, gpu) == GPU_CHUNK_SCORES  # an empty split
 
 
 # sklearn warns that a predicted class (6) has no true rows; it ignores it, as we do.

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.dro_lt import _BatchPrototypeDRO, dro_loss
@@ -84,6 +86,54 @@ def test_adjusted_cross_entropy_leaves_the_logits_alone() -> None:
     before = logits.detach().clone()
     adjusted_cross_entropy(logits, labels, target_shift=shift).sum().backward()
     assert torch.equal(logits.detach(), before)
+
+
+class _FullWidthAllocations(TorchDispatchMode):
+    """Counts the ops that return a new tensor of ``numel`` elements: not in place, not a view
+    of an input (detach, expand)."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel, self.count = numel, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.numel() == self.numel:
+            inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+            storage = out.untyped_storage().data_ptr()
+            self.count += all(a.untyped_storage().data_ptr() != storage for a in inputs)
+        return out
+
+
+@pytest.mark.parametrize("with_offsets", [False, True])
+@pytest.mark.parametrize("with_shift", [False, True])
+def test_adjusted_cross_entropy_makes_one_full_width_tensor_each_way(with_offsets, with_shift):
+    """The torch path (float64 here; CUDA) keeps the logits for the backward, allocates one
+    (B, C) tensor in the forward (a transient) and one in the backward (the gradient): two at
+    any time, as `tailkit plan` counts. torch's log-softmax + NLL made three and kept the
+    log-softmax, and held four at the peak on an H200."""
+    logits, labels, offsets, shift = random_case(6, rows=9, classes=11)
+    offsets = offsets if with_offsets else None
+    shift = shift if with_shift else None
+    assert not compiled_path(logits)
+    forward = _FullWidthAllocations(logits.numel())
+    saved: list[torch.Tensor] = []
+    with (
+        forward,
+        torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t),
+    ):
+        loss = adjusted_cross_entropy(logits, labels, offsets=offsets, target_shift=shift).sum()
+    # kept for the backward: the logits themselves and (B,)/(C,) vectors, no (B, C) copy
+    wide = [t for t in saved if t.numel() == logits.numel()]
+    assert [t.untyped_storage().data_ptr() for t in wide] == [logits.untyped_storage().data_ptr()]
+    backward = _FullWidthAllocations(logits.numel())
+    with backward:
+        loss.backward()
+    assert (forward.count, backward.count) == (1, 1)
+    plain = _FullWidthAllocations(logits.numel())
+    with plain:
+        F.cross_entropy(logits, labels, reduction="sum").backward()
+    assert plain.count == 3  # what the count would say of torch's
 
 
 def test_adjusted_cross_entropy_takes_minus_infinity_offsets() -> None:

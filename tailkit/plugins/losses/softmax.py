@@ -5,18 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
 from tailkit.distributed.ops import pick, row_logsumexp
-from tailkit.plugins.losses.fused_softmax import batch_cross_entropy, compiled_path
+from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
 
 
 class SoftmaxCE(Loss):
     """Full softmax cross-entropy over all C labels.
 
     Per example ``log Σ_j exp(f_j) − f_y`` on ``batch.logits`` (B, C), computed by
-    :func:`torch.nn.functional.cross_entropy` (log-sum-exp, so stable for large logits).
+    :func:`~tailkit.plugins.losses.fused_softmax.batch_cross_entropy` (log-sum-exp, so stable
+    for large logits; no (B, C) tensor beyond the logits and their gradient).
     ``reduction="mean"`` divides the sum over the batch by B; ``"sum"`` does not.
     No prediction-time adjustment.
 
@@ -38,8 +38,6 @@ class SoftmaxCE(Loss):
     def forward(self, batch: FullBatch) -> torch.Tensor:
         labels = batch.labels.long()
         if labels.ndim == 1:
-            if batch.whole and not compiled_path(batch.logits):
-                return F.cross_entropy(batch.logits, labels, reduction=self.reduction)
             per_example = batch_cross_entropy(batch)
             return per_example.sum() if self.reduction == "sum" else per_example.mean()
         present = labels >= 0
