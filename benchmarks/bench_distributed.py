@@ -33,20 +33,34 @@ import torch.multiprocessing as mp
 
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.registry import make_registry
-from tailkit.training.loop import LoopConfig, train
+from tailkit.training.loop import LoopConfig, TrainResult, train
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 
 ROWS, BATCH = 20_000, 512
+CPU = torch.device("cpu")
 
 
-def _case(world: World, classes: int, dim: int, steps: int, sampled: bool) -> dict:
+def train_case(
+    world: World,
+    classes: int,
+    dim: int,
+    steps: int,
+    negatives: int | None,
+    *,
+    batch: int = BATCH,
+    rows: int = ROWS,
+    device: torch.device = CPU,
+) -> tuple[TrainResult, OutputLayer, RowSparseAdagrad]:
+    """``steps`` steps of the loop on random features through a parameter-free linear encoder:
+    sampled softmax with ``negatives`` shared uniform negatives, or the full softmax (None)."""
     registry = make_registry()
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(ROWS, dim, generator=gen)
-    y = torch.randint(classes, (ROWS,), generator=gen)
+    x = torch.randn(rows, dim, generator=gen)
+    y = torch.randint(classes, (rows,), generator=gen)
     counts = torch.bincount(y, minlength=classes).double()
-    encoder = registry.build("models", {"name": "linear"}, "bench", dim)
+    encoder = registry.build("models", {"name": "linear"}, "bench", dim).to(device)
+    sampled = negatives is not None
     loss = registry.build(
         "losses", {"name": "sampled-softmax"} if sampled else {"name": "softmax"}, "bench"
     )
@@ -54,15 +68,19 @@ def _case(world: World, classes: int, dim: int, steps: int, sampled: bool) -> di
     if sampled:
         sampler = registry.build("samplers", {"name": "uniform"}, "bench")
         sampler.fit(None, y, classes)
-    rows = world.label_range(classes) if world.sharded else None
-    layer = OutputLayer.for_loss(loss, classes, encoder.out_dim, generator=gen, rows=rows)
+        sampler = sampler.to(device)
+    shard = world.label_range(classes) if world.sharded else None
+    layer = OutputLayer.for_loss(loss, classes, dim, device=device, generator=gen, rows=shard)
     optimizer = RowSparseAdagrad(lr=0.1)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
     result = train(
         cfg=LoopConfig(
             "bench",
-            epochs=100,
-            batch_size=BATCH,
-            negatives=256,
+            epochs=10**6,
+            batch_size=batch,
+            negatives=negatives or 0,
             max_steps=steps,
             eval_every=10**9,
             checkpoint_every=10**9,
@@ -79,6 +97,11 @@ def _case(world: World, classes: int, dim: int, steps: int, sampled: bool) -> di
         class_counts=counts,
         world=world,
     )
+    return result, layer, optimizer
+
+
+def _case(world: World, classes: int, dim: int, steps: int, sampled: bool) -> dict:
+    result, layer, optimizer = train_case(world, classes, dim, steps, 256 if sampled else None)
     held = sum(t.numel() * t.element_size() for t in layer.state_dict().values())
     held += sum(t.numel() * t.element_size() for t in optimizer.row_tables().values())
     return {

@@ -21,12 +21,10 @@ import argparse
 import resource
 
 import torch
+from bench_distributed import train_case
 
 from tailkit.distributed.plan import plan
-from tailkit.registry import make_registry
-from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
+from tailkit.distributed.world import ONE_PROCESS
 
 ROWS_PER_BATCH = 8  # batches of distinct random rows to cycle through
 
@@ -34,46 +32,10 @@ ROWS_PER_BATCH = 8  # batches of distinct random rows to cycle through
 def _case(
     classes: int, dim: int, batch: int, negatives: int | None, steps: int, device: torch.device
 ) -> dict:
-    registry = make_registry()
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(batch * ROWS_PER_BATCH, dim, generator=gen)
-    y = torch.randint(classes, (x.shape[0],), generator=gen)
-    counts = torch.bincount(y, minlength=classes).double()
-    encoder = registry.build("models", {"name": "linear"}, "bench", dim).to(device)
-    sampled = negatives is not None
-    loss = registry.build(
-        "losses", {"name": "sampled-softmax"} if sampled else {"name": "softmax"}, "bench"
-    )
-    sampler = None
-    if sampled:
-        sampler = registry.build("samplers", {"name": "uniform"}, "bench")
-        sampler.fit(None, y, classes)
-        sampler = sampler.to(device)
-    layer = OutputLayer.for_loss(loss, classes, dim, device=device, generator=gen)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats(device)
-    result = train(
-        cfg=LoopConfig(
-            "bench",
-            epochs=10**6,
-            batch_size=batch,
-            negatives=negatives or 0,
-            max_steps=steps,
-            eval_every=10**9,
-            checkpoint_every=10**9,
-        ),
-        encoder=encoder,
-        layer=layer,
-        loss=loss,
-        sampler=sampler,
-        optimizer=RowSparseAdagrad(lr=0.1),
-        x_train=x,
-        y_train=y,
-        x_val=x[:256],
-        y_val=y[:256],
-        class_counts=counts,
-    )
+    result, _, _ = train_case(
+        ONE_PROCESS, classes, dim, steps, negatives, batch=batch, rows=batch * ROWS_PER_BATCH,
+        device=device,
+    )  # fmt: skip
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
     else:
