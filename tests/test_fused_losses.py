@@ -296,6 +296,70 @@ def test_compiled_binary_row_losses_float32_against_float64(gamma, rows, classes
     torch.testing.assert_close(second, first, rtol=0, atol=2e-7)
 
 
+class _FullWidthOps(TorchDispatchMode):
+    """Counts the ops that write ``numel`` elements, in place or not (views excluded)."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel, self.count = numel, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        viewed = func._schema.name in {"aten::detach", "aten::alias", "aten::view"}
+        if isinstance(out, torch.Tensor) and out.numel() == self.numel and not viewed:
+            self.count += 1
+        return out
+
+
+@pytest.mark.parametrize(("loss_type", "gamma"), [("sigmoid", 0.0), ("focal", 1.0), ("focal", 2.0)])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_class_balanced_row_weights_are_written_in_the_forward(loss_type, gamma, reduction):
+    """The class-balanced sigmoid/focal loss tells the kernels the gradient its reduction sends
+    each row (α_i / B): the backward then touches no (B, C) tensor, and the logits' gradient
+    has the bits of the unfused composition (row sums, then α-weighted mean by autograd)."""
+    from tailkit.plugins.losses.class_balanced import ClassBalancedLoss
+    from tailkit.testing.batches import full_batch
+
+    gen = torch.Generator().manual_seed(3)
+    rows, classes = 37, 1500
+    counts = torch.randint(1, 500, (classes,), generator=gen).double()
+    labels = torch.randint(classes, (rows,), generator=gen)
+    logits = 4 * torch.randn(rows, classes, generator=gen)
+    loss = ClassBalancedLoss(loss_type=loss_type, gamma=gamma, beta=0.999, reduction=reduction)
+    loss.setup(counts)
+
+    x = logits.clone().requires_grad_()
+    value = loss(full_batch(logits=x, labels=labels))
+    ops = _FullWidthOps(x.numel())
+    with ops:
+        value.backward()
+    assert ops.count == 0
+
+    y = logits.clone().requires_grad_()
+    alpha = loss.class_weights.float()[labels]
+    total = (alpha * binary_row_losses(y, labels, gamma)).sum()
+    want = total if reduction == "sum" else total / rows
+    want.backward()
+    assert torch.equal(value, want)
+    assert torch.equal(x.grad, y.grad)
+
+
+def test_an_unexpected_gradient_is_still_exact() -> None:
+    """A row weight announced in the forward but not sent (here doubled) recomputes the slopes
+    from the logits: the same bits as a forward that announced nothing."""
+    gen = torch.Generator().manual_seed(5)
+    logits = 5 * torch.randn(9, 300, generator=gen)
+    labels = torch.randint(300, (9,), generator=gen)
+    weights = torch.rand(9, generator=gen)
+    grads = []
+    for expected in (weights, None):
+        x = logits.clone().requires_grad_()
+        rows = binary_row_losses(x, labels, 1.0, expected_grad=expected)
+        (2 * weights * rows).sum().backward()
+        grads.append(x.grad)
+    assert torch.equal(grads[0], grads[1])
+
+
 def test_table_like_casts_once_and_again_after_a_change() -> None:
     module = torch.nn.Module()
     module.register_buffer("table", torch.tensor([1.0, 2.0], dtype=torch.float64))

@@ -12,13 +12,16 @@ e = e^(−|z|) and log(1 + e) are computed once per entry with the vectorisable 
     σ(−z) = (e if z ≥ 0 else 1) / (1 + e),  log σ(z) = min(z, 0) − log(1 + e).
 
 For t = 0 (every column but the label): f = σ^γ·softplus(z) and f' = γ(1 − σ)f + σ^(γ+1)
-(γ = 0: f = softplus, f' = σ), with 1 − σ = σ(−z) formed directly. The label's term (one per row) is
-computed in float64 by the caller's formula and passed in. Sums are float32 lanes in blocks of
-1,024 columns, the blocks added in float64; each row is reduced by one thread in a fixed order,
-so the values do not depend on the thread count.
+(γ = 0: f = softplus, f' = σ), with 1 − σ = σ(−z) formed directly. The label's term (one per
+row) is computed in float64 with libm (:func:`_label_term`, the formula of
+fused_binary._positive_terms). Sums are float32 lanes in blocks of 1,024 columns, the blocks
+added in float64; each row is reduced by one thread in a fixed order, so the values do not
+depend on the thread count.
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -73,23 +76,25 @@ def _focal_term(z, gamma):
     return f, gamma * sig_neg * f + sig_pow * sig
 
 
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _label_term(z, gamma):
+    """(h(z), h'(z)) of a row's label entry (t = 1) in float64: h = e^(−γ sp(z)) · sp(−z),
+    h' = −e^(−γ sp(z)) (γ σ(z) sp(−z) + σ(−z)); one per row, so libm's exp and log1p."""
+    x = np.float64(z)
+    e = math.exp(-abs(x))
+    lg = math.log1p(e)
+    keep = math.exp(-gamma * (max(x, 0.0) + lg))
+    loss_if_wrong = max(-x, 0.0) + lg
+    positive = x >= 0.0
+    sig = (1.0 if positive else e) / (1.0 + e)
+    sig_neg = (e if positive else 1.0) / (1.0 + e)
+    return keep * loss_if_wrong, -keep * (gamma * sig * loss_if_wrong + sig_neg)
+
+
 # One compiled loop per term, chosen per row: with γ's case a run-time argument inside the loop,
 # LLVM vectorised one loop that computed every case and blended the results (the sigmoid loss
 # paid for the focal power), and a term passed as a function argument is an indirect call per
 # entry that numba cannot cache.
-@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_sigmoid(z, skip, gamma):
-    n = z.shape[0]
-    total = 0.0
-    for start in range(0, n, _BLOCK):
-        acc = _ZERO
-        for j in range(start, min(start + _BLOCK, n)):
-            f, _ = _sigmoid_term(z[j], gamma)
-            acc += f if j != skip else _ZERO
-        total += np.float64(acc)
-    return total
-
-
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _slopes_sigmoid(z, gamma, scale, out):
     for j in range(z.shape[0]):
@@ -97,37 +102,11 @@ def _slopes_sigmoid(z, gamma, scale, out):
         out[j] = slope * scale
 
 
-@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_focal1(z, skip, gamma):
-    n = z.shape[0]
-    total = 0.0
-    for start in range(0, n, _BLOCK):
-        acc = _ZERO
-        for j in range(start, min(start + _BLOCK, n)):
-            f, _ = _focal1_term(z[j], gamma)
-            acc += f if j != skip else _ZERO
-        total += np.float64(acc)
-    return total
-
-
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _slopes_focal1(z, gamma, scale, out):
     for j in range(z.shape[0]):
         _, slope = _focal1_term(z[j], gamma)
         out[j] = slope * scale
-
-
-@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_focal(z, skip, gamma):
-    n = z.shape[0]
-    total = 0.0
-    for start in range(0, n, _BLOCK):
-        acc = _ZERO
-        for j in range(start, min(start + _BLOCK, n)):
-            f, _ = _focal_term(z[j], gamma)
-            acc += f if j != skip else _ZERO
-        total += np.float64(acc)
-    return total
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract"})
@@ -138,7 +117,7 @@ def _slopes_focal(z, gamma, scale, out):
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_and_slopes_sigmoid(z, skip, gamma, out):
+def _row_sum_and_slopes_sigmoid(z, skip, gamma, scale, out):
     n = z.shape[0]
     total = 0.0
     for start in range(0, n, _BLOCK):
@@ -146,13 +125,13 @@ def _row_sum_and_slopes_sigmoid(z, skip, gamma, out):
         for j in range(start, min(start + _BLOCK, n)):
             f, slope = _sigmoid_term(z[j], gamma)
             acc += f if j != skip else _ZERO
-            out[j] = slope
+            out[j] = slope * scale
         total += np.float64(acc)
     return total
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_and_slopes_focal1(z, skip, gamma, out):
+def _row_sum_and_slopes_focal1(z, skip, gamma, scale, out):
     n = z.shape[0]
     total = 0.0
     for start in range(0, n, _BLOCK):
@@ -160,13 +139,13 @@ def _row_sum_and_slopes_focal1(z, skip, gamma, out):
         for j in range(start, min(start + _BLOCK, n)):
             f, slope = _focal1_term(z[j], gamma)
             acc += f if j != skip else _ZERO
-            out[j] = slope
+            out[j] = slope * scale
         total += np.float64(acc)
     return total
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_and_slopes_focal(z, skip, gamma, out):
+def _row_sum_and_slopes_focal(z, skip, gamma, scale, out):
     n = z.shape[0]
     total = 0.0
     for start in range(0, n, _BLOCK):
@@ -174,59 +153,50 @@ def _row_sum_and_slopes_focal(z, skip, gamma, out):
         for j in range(start, min(start + _BLOCK, n)):
             f, slope = _focal_term(z[j], gamma)
             acc += f if j != skip else _ZERO
-            out[j] = slope
+            out[j] = slope * scale
         total += np.float64(acc)
     return total
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def binary_forward_with_slopes(logits, labels, gamma, mode, label_terms, label_slopes, out, slopes):
-    """:func:`binary_forward`, and ``slopes`` (B, C) float32 = f'(z_ij), ``label_slopes`` at each
-    row's label: the gradient for an incoming gradient of ones, from the same transcendentals
-    (the backward then only scales each row)."""
+def binary_forward_with_slopes(logits, labels, gamma, mode, scale, out, slopes):
+    """``out`` (B,) float32: Σ_{j ≠ y_i} f(z_ij) + h(z_{i y_i}) (the label's term in float64);
+    ``slopes`` (B, C) float32 = scale_i · f'(z_ij), and scale_i · h' (h' rounded to float32
+    first) at each row's label: the gradient for an incoming gradient of ``scale`` (B,)
+    float32, from the same transcendentals. Each product is rounded once, as scaling the table
+    afterwards would round it, so a scale of ones gives f' itself and a row weight known
+    before the backward costs no pass of its own. ``mode`` from :func:`kernel_mode`."""
     g = np.float32(gamma)
     for i in numba.prange(logits.shape[0]):
-        z, y, row = logits[i], labels[i], slopes[i]
+        z, y, row, s = logits[i], labels[i], slopes[i], scale[i]
         if mode == 0:
-            total = _row_sum_and_slopes_sigmoid(z, y, g, row)
+            total = _row_sum_and_slopes_sigmoid(z, y, g, s, row)
         elif mode == 1:
-            total = _row_sum_and_slopes_focal1(z, y, g, row)
+            total = _row_sum_and_slopes_focal1(z, y, g, s, row)
         else:
-            total = _row_sum_and_slopes_focal(z, y, g, row)
-        out[i] = np.float32(total + label_terms[i])
-        row[y] = np.float32(label_slopes[i])
+            total = _row_sum_and_slopes_focal(z, y, g, s, row)
+        term, slope = _label_term(z[y], gamma)
+        out[i] = np.float32(total + term)
+        # Indexed from slopes, not through the row view: numba 0.68's parfor dropped this
+        # store when it went through `row` (the label entries kept their t = 0 slope).
+        slopes[i, y] = np.float32(slope) * s
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def binary_forward(logits, labels, gamma, mode, label_terms, out):
-    """``out`` (B,) float32: Σ_{j ≠ y_i} f(z_ij) + ``label_terms`` (B,) float64 (h(z_{i y_i}));
-    ``mode`` from :func:`kernel_mode`."""
+def binary_backward(logits, labels, gamma, mode, grad, out):
+    """``out`` (B, C) float32 = grad_i · f'(z_ij), and grad_i · h'(z_{i y_i}) at each row's
+    label, rounded as :func:`binary_forward_with_slopes` rounds them."""
     g = np.float32(gamma)
     for i in numba.prange(logits.shape[0]):
-        z, y = logits[i], labels[i]
-        if mode == 0:
-            total = _row_sum_sigmoid(z, y, g)
-        elif mode == 1:
-            total = _row_sum_focal1(z, y, g)
-        else:
-            total = _row_sum_focal(z, y, g)
-        out[i] = np.float32(total + label_terms[i])
-
-
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def binary_backward(logits, labels, gamma, mode, label_slopes, grad, out):
-    """``out`` (B, C) float32 = grad_i · f'(z_ij), and grad_i · ``label_slopes``_i (h'(z_{i y_i}))
-    at each row's label."""
-    g = np.float32(gamma)
-    for i in numba.prange(logits.shape[0]):
-        z, o, scale = logits[i], out[i], grad[i]
+        z, o, scale, y = logits[i], out[i], grad[i], labels[i]
         if mode == 0:
             _slopes_sigmoid(z, g, scale, o)
         elif mode == 1:
             _slopes_focal1(z, g, scale, o)
         else:
             _slopes_focal(z, g, scale, o)
-        o[labels[i]] = np.float32(label_slopes[i] * np.float64(scale))
+        _, slope = _label_term(z[y], gamma)
+        out[i, y] = np.float32(slope) * scale
 
 
 def kernel_mode(gamma: float) -> int:

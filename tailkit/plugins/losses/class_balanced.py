@@ -123,13 +123,18 @@ class ClassBalancedLoss(Loss):
                 f"saw counts for {self.class_weights.numel()}"
             )
         labels = batch.labels.long()
+        alpha = table_like(self, "class_weights", logits)[labels]
         if self.loss_type == "softmax":
             per_example = batch_cross_entropy(batch)
         else:
             # t = 0: BCE = softplus(z), M = σ(z)^γ; t = 1: BCE = softplus(−z), M = e^{−γ sp(z)}.
             gamma = self.gamma if self.loss_type == "focal" else 0.0
-            per_example = binary_row_losses(logits, labels, gamma)
-        alpha = table_like(self, "class_weights", per_example)[labels]
+            # What the reduction below sends each row, formed as autograd forms it (the
+            # quotient's 1 / B, then × α_i), so that the kernels write the gradient at once.
+            step = torch.ones((), dtype=alpha.dtype, device=alpha.device)
+            if self.reduction == "mean":
+                step = step / labels.numel()
+            per_example = binary_row_losses(logits, labels, gamma, expected_grad=step * alpha)
         total = (alpha * per_example).sum()
         return total if self.reduction == "sum" else total / labels.numel()
 

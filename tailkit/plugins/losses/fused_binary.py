@@ -101,17 +101,20 @@ class _BinaryRowLosses(torch.autograd.Function):
 class _CompiledBinaryRowLosses(torch.autograd.Function):
     """The same row sums and gradient as :class:`_BinaryRowLosses` for float32 logits on the
     CPU, from the compiled kernels of :mod:`~tailkit.plugins.losses.binary_kernels`. The forward
-    computes each entry's transcendentals once and writes its slope f' beside the row sum; the
-    backward scales that (B, C) table by the incoming gradient in place and hands it on as the
-    logits' gradient, so a step makes one (B, C) tensor. A second backward through the same
-    graph (gradcheck, retain_graph) finds the table spent and recomputes it from the logits.
-    The B label entries are computed here in float64 by :func:`_positive_terms`."""
+    computes each entry's transcendentals once and writes its slope f' beside the row sum,
+    already multiplied by the gradient the caller expects each row to receive (``expected``,
+    (B,) float32; ones when it does not say). The backward hands that table on as the logits'
+    gradient when the expected gradient came, scales it in place when ``expected`` was ones,
+    and otherwise (or in a second backward through the same graph: gradcheck, retain_graph,
+    which finds the table spent) recomputes it from the logits: every path gives the bits of
+    f' · grad rounded once. So a step makes one (B, C) tensor, and a loss that knows its row
+    weights (the class-balanced α_i / B) pays no pass to apply them. The B label entries are
+    computed in the kernels in float64, as :func:`_positive_terms` computes them."""
 
     @staticmethod
-    def forward(ctx: Any, z: torch.Tensor, labels: torch.Tensor, gamma: float) -> torch.Tensor:
-        column = labels.unsqueeze(1)
-        positive, positive_slope = _positive_terms(z.gather(1, column).double(), gamma)
-        positive_slope = positive_slope[:, 0].contiguous()
+    def forward(
+        ctx: Any, z: torch.Tensor, labels: torch.Tensor, gamma: float, expected: torch.Tensor
+    ) -> torch.Tensor:
         rows = torch.empty(z.shape[0], dtype=torch.float32)
         slopes = torch.empty_like(z)
         binary_forward_with_slopes(
@@ -119,24 +122,26 @@ class _CompiledBinaryRowLosses(torch.autograd.Function):
             labels.numpy(),
             gamma,
             kernel_mode(gamma),
-            positive[:, 0].contiguous().numpy(),
-            positive_slope.numpy(),
+            expected.numpy(),
             rows.numpy(),
             slopes.numpy(),
         )
         ctx.gamma = gamma
         ctx.slopes = slopes  # an intermediate, consumed by the first backward
-        ctx.save_for_backward(z, labels, positive_slope)
+        ctx.save_for_backward(z, labels, expected)
         return rows
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        scale = grad.to(torch.float32).unsqueeze(1)
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        scale = grad.to(torch.float32)
+        z, labels, expected = ctx.saved_tensors
         slopes, ctx.slopes = ctx.slopes, None
         if slopes is not None:
-            return slopes.mul_(scale), None, None
-        z, labels, positive_slope = ctx.saved_tensors
+            if torch.equal(scale, expected):
+                return slopes, None, None, None
+            if bool((expected == 1).all()):
+                return slopes.mul_(scale.unsqueeze(1)), None, None, None
         gamma: float = ctx.gamma
         again = torch.empty_like(z)
         binary_backward(
@@ -144,21 +149,36 @@ class _CompiledBinaryRowLosses(torch.autograd.Function):
             labels.numpy(),
             gamma,
             kernel_mode(gamma),
-            positive_slope.numpy(),
-            scale.squeeze(1).contiguous().numpy(),
+            scale.contiguous().numpy(),
             again.numpy(),
         )
-        return again, None, None
+        return again, None, None, None
 
 
-def binary_row_losses(logits: torch.Tensor, labels: torch.Tensor, gamma: float) -> torch.Tensor:
+def binary_row_losses(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    gamma: float,
+    *,
+    expected_grad: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per row (B,): Σ_c M_ic BCE(z_ic, t_ic) with one-hot targets t at ``labels`` (B,) and the
     focal modulator M = (1 − p_t)^γ (γ = 0: the sigmoid loss, M ≡ 1). Same values and gradient
-    as the elementwise autograd formula; see the module docstring for the terms."""
+    as the elementwise autograd formula; see the module docstring for the terms.
+
+    ``expected_grad`` (B,): the gradient the caller's reduction will send each row, bit for
+    bit, when it is known in the forward (a weighted mean's w_i / B); the compiled path then
+    writes the logits' gradient in its forward pass. Any other gradient is still handled
+    exactly, by a pass more."""
     if compiled_path(logits):
         check_label_range(labels, logits.shape[1], "one-vs-all loss")
+        expected = (
+            torch.ones(logits.shape[0])
+            if expected_grad is None
+            else expected_grad.detach().to(torch.float32).contiguous()
+        )
         compiled: torch.Tensor = _CompiledBinaryRowLosses.apply(
-            logits.contiguous(), labels.long().contiguous(), float(gamma)
+            logits.contiguous(), labels.long().contiguous(), float(gamma), expected
         )
         return compiled
     rows: torch.Tensor = _BinaryRowLosses.apply(logits, labels, float(gamma))
