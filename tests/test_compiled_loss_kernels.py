@@ -49,6 +49,34 @@ def test_compiled_batch_pull_equals_the_torch_path(rows, classes) -> None:
     torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
 
 
+def test_a_pair_with_a_subnormal_weight_is_skipped_without_changing_the_gradient() -> None:
+    """The pull's softmax puts nearly all of a row's weight on its farthest partner, so a close
+    pair beside a far one gets a float32 gradient weight below the normal range (2^−126): the
+    backward skips it (a subnormal operand stalls an FMA) and the gradient still equals the
+    float64 reference. Class 0: rows 0 and 1 close, row 2 at squared distance ~95 from both
+    (the pair (0, 1) weighs about 4e^−95); class 1: rows 3 and 4."""
+    z = torch.zeros(5, 4)
+    z[1] = torch.tensor([0.3, -0.2, 0.1, 0.0])
+    z[2] = torch.full((4,), 4.87)
+    z[3] = torch.tensor([-1.0, 0.5, 0.0, 0.2])
+    z[4] = torch.tensor([-1.2, 0.4, 0.1, 0.2])
+    labels = torch.tensor([0, 0, 0, 1, 1])
+    alpha = torch.full((5,), 0.5)
+    x = z.clone().requires_grad_()
+    _CompiledBatchPull.apply(x, runs_of(labels), alpha).sum().backward()
+    x64 = z.double().requires_grad_()
+    _BatchPull.apply(x64, same_class_pairs(labels), alpha.double()).sum().backward()
+    assert x.grad is not None and x64.grad is not None
+    a = z.double() - z.double().mean(dim=0)
+    v = (a[:3, None] - a[None, :3]).square().sum(dim=2) - 0.5
+    v.fill_diagonal_(float("-inf"))
+    omega = torch.logsumexp(torch.cat([torch.zeros(3, 1, dtype=v.dtype), v], dim=1), dim=1)
+    p = torch.exp(v - omega[:, None])
+    weight = torch.tensor(2 * (p[0, 1] + p[1, 0]).item(), dtype=torch.float32)
+    assert 0 < weight < torch.finfo(torch.float32).tiny  # the pair the backward skips
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-7)
+
+
 def test_class_runs_count_the_same_pairs_as_the_pair_lists() -> None:
     labels = zipf_labels(200, 30, 0)
     order, run_start, run_size, _, total = runs_of(labels)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, ClassVar, Literal
 
+import numba
 import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
@@ -171,12 +172,20 @@ class _CompiledBatchPull(torch.autograd.Function):
         ctx: Any, z: torch.Tensor, runs: tuple[np.ndarray, ...], alpha: torch.Tensor
     ) -> torch.Tensor:
         order, run_start, run_size, block_start, total = runs
-        a = (z - z.mean(dim=0)).contiguous()
+        a = z.contiguous()  # differences need no centre (pull_kernels)
         weights = np.empty(int(total), dtype=np.float64)
         omega = torch.empty(z.shape[0], dtype=torch.float64)
         alpha64 = alpha.to(torch.float64).contiguous().numpy()
         pull_forward(
-            a.numpy(), order, run_start, run_size, block_start, alpha64, weights, omega.numpy()
+            a.numpy(),
+            order,
+            run_start,
+            run_size,
+            block_start,
+            alpha64,
+            weights,
+            omega.numpy(),
+            numba.get_num_threads(),
         )
         ctx.runs = runs
         ctx.weights = weights
@@ -191,7 +200,15 @@ class _CompiledBatchPull(torch.autograd.Function):
         out = torch.empty_like(a)
         g = grad.to(torch.float64).contiguous().numpy()
         pull_backward(
-            a.numpy(), order, run_start, run_size, block_start, ctx.weights, g, out.numpy()
+            a.numpy(),
+            order,
+            run_start,
+            run_size,
+            block_start,
+            ctx.weights,
+            g,
+            out.numpy(),
+            numba.get_num_threads(),
         )
         return out, None, None
 
