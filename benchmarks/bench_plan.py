@@ -11,14 +11,13 @@ Adagrad, sampled softmax with shared uniform negatives (``--sampled``) or the fu
 output layer, optimiser state and a step's activations), the peak the device's allocator
 reported over the run (``torch.cuda.max_memory_allocated``: the same tensors plus what a step
 really allocates beyond the plan's count), and examples/s of the loop (its own clock; the loop
-synchronises with the device every step). On a CPU the peak column is the process's peak RSS,
-which includes the features and the interpreter.
+synchronises with the device every step). On a CPU the peak column is left empty: a process's
+peak RSS spans every case run before (use bench_losses' subprocess measure for a CPU peak).
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
 
 import torch
 from bench_distributed import train_case
@@ -36,10 +35,9 @@ def _case(
         ONE_PROCESS, classes, dim, steps, negatives, batch=batch, rows=batch * ROWS_PER_BATCH,
         device=device,
     )  # fmt: skip
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # the allocator's peak over this case; a CPU process has only its lifetime's peak RSS,
+    # which would carry an earlier case's
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     planned = plan(classes, dim, 1, batch_size=batch, negatives=negatives)
     return {
         "planned": planned.total_bytes,
@@ -69,9 +67,11 @@ def main() -> None:
     for classes, negatives in cases:
         r = _case(classes, a.dim, a.batch, negatives, a.steps, device)
         mode = "full softmax" if negatives is None else f"sampled ({negatives:,} uniform)"
+        peak = "–" if r["peak"] is None else f"{r['peak'] / 1e9:.2f} GB"
         print(
             f"| {mode} | {classes:,} | {r['layer_and_state'] / 1e9:.2f} GB | "
-            f"{r['planned'] / 1e9:.2f} GB | {r['peak'] / 1e9:.2f} GB | "
+            f"{r['planned'] / 1e9:.2f} GB | "
+            f"{peak} | "
             f"{r['examples_per_second']:,.0f} |",
             flush=True,
         )

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tailkit.components import PredictionContext
+from tailkit.evaluation import predict as predict_module
 from tailkit.evaluation.predict import predict
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
@@ -107,7 +108,7 @@ def test_tree_sampler_draws_on_the_gpu_with_the_cpu_log_q():
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
-def test_tree_corrected_prediction_on_the_gpu_equals_the_cpu():
+def test_tree_corrected_prediction_on_the_gpu_equals_the_cpu(monkeypatch):
     num_classes, rows = 5000, 40
     sampler = random_tree(num_classes, 6, k=4, seed=0)
     encoder = Linear(6)
@@ -115,6 +116,9 @@ def test_tree_corrected_prediction_on_the_gpu_equals_the_cpu():
     x = torch.randn(rows, 6, generator=torch.Generator().manual_seed(2))
     labels = torch.randint(num_classes, (rows,), generator=torch.Generator().manual_seed(3))
     prior = torch.zeros(num_classes)
+    # keep the GPU's chunks as narrow as asked (16 rows × 1,500 labels), so that chunks which
+    # split subtrees run there too instead of one widened chunk
+    monkeypatch.setattr(predict_module, "GPU_CHUNK_SCORES", 16 * 1500)
 
     def run(device):
         # drawn on the CPU whatever the device (OutputLayer), so both runs hold the same bits

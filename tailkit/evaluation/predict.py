@@ -43,7 +43,9 @@ def device_label_chunk(label_chunk: int, rows: int, device: torch.device) -> int
     chunks leave it waiting on them: measured on an H200 at C = 10^6 with the tree's
     correction, 16,384-label chunks took 0.97 ms a row, 131,072 0.27 and 1,048,576 0.17
     (scoring alone 0.057 / 0.040 / 0.037). So there the chunk widens until a block's scores
-    fill :data:`GPU_CHUNK_SCORES`.
+    fill :data:`GPU_CHUNK_SCORES`; the loss's adjustment, the top-k and the log-sum-exp make
+    copies of a chunk, so prediction then holds a few GiB at its peak (lower
+    ``evaluate.batch_size`` on a small GPU: the chunk follows the rows).
     """
     if device.type != "cuda":
         return label_chunk

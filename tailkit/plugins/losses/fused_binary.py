@@ -173,7 +173,7 @@ def binary_row_losses(
     if compiled_path(logits):
         check_label_range(labels, logits.shape[1], "one-vs-all loss")
         expected = (
-            torch.ones(logits.shape[0])
+            torch.ones(logits.shape[0], dtype=torch.float32)
             if expected_grad is None
             else expected_grad.detach().to(torch.float32).contiguous()
         )
