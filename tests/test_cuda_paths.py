@@ -1,5 +1,5 @@
 """The CUDA side of the paths whose float32 CPU side runs compiled kernels: the training loop
-(full softmax, sampled softmax with the uniform and the tree sampler, long-tail losses), the
+(full softmax and long-tail losses, sampled softmax with uniform negatives), the
 tree sampler's draws and log q, prediction with the tree's per-row correction, the sampled
 softmax and the touched-rows Adagrad. Each runs on the GPU and is held to the CPU's result
 (tolerances of float32 with a different summation order), so a kernel-only CPU path cannot
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_training import D, _run
 
 from tailkit.components import PredictionContext
 from tailkit.evaluation import predict as predict_module
@@ -22,48 +23,12 @@ from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.registry import make_registry
 from tailkit.testing.batches import sampled_batch
 from tailkit.testing.trees import random_tree
-from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
 from tailkit.training.sparse_rows import apply_row_adagrad
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 CUDA = torch.device("cuda")
-C, D = 12, 10
-CENTRES = torch.randn(C, D, generator=torch.Generator().manual_seed(42)) * 3
-
-
-def _data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(C, (n,), generator=g)
-    return CENTRES[y] + torch.randn(n, D, generator=g), y
-
-
-def _train_on_cuda(loss, sampler=None, negatives=0, encoder=None):
-    x, y = _data(600, 0)
-    xv, yv = _data(200, 1)
-    if sampler is not None:
-        sampler.fit(x, y, C)
-        sampler = sampler.to(CUDA)
-    encoder = (Linear(D) if encoder is None else encoder).to(CUDA)
-    layer = OutputLayer.for_loss(
-        loss, C, encoder.out_dim, device=CUDA, generator=torch.Generator().manual_seed(0)
-    )
-    result = train(
-        cfg=LoopConfig("t", epochs=3, batch_size=64, negatives=negatives, eval_every=10),
-        encoder=encoder,
-        layer=layer,
-        loss=loss,
-        sampler=sampler,
-        optimizer=RowSparseAdagrad(lr=0.1),
-        x_train=x,
-        y_train=y,
-        x_val=xv,
-        y_val=yv,
-        class_counts=torch.bincount(y, minlength=C).double(),
-    )
-    return result, layer
 
 
 @pytest.mark.parametrize(
@@ -81,14 +46,14 @@ def _train_on_cuda(loss, sampler=None, negatives=0, encoder=None):
 def test_full_softmax_losses_train_on_the_gpu(spec):
     torch.manual_seed(0)
     loss = make_registry().build("losses", spec, "test")
-    result, layer = _train_on_cuda(loss, encoder=MLP(D, hidden=[32], dim=16))
+    result, layer = _run(loss, encoder=MLP(D, hidden=[32], dim=16), device=CUDA)
     assert layer.weight.device.type == "cuda"
     assert result.curve[-1]["val_accuracy"] > 0.9, result.curve[-1]
 
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_sampled_softmax_trains_on_the_gpu_with_uniform_negatives(shared):
-    result, layer = _train_on_cuda(SampledSoftmax(), UniformSampler(shared=shared), negatives=6)
+    result, layer = _run(SampledSoftmax(), UniformSampler(shared=shared), negatives=6, device=CUDA)
     assert layer.weight.device.type == layer.bias.device.type == "cuda"
     assert result.curve[-1]["val_accuracy"] > 0.9, result.curve[-1]
 

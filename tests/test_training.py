@@ -43,14 +43,18 @@ def _run(
     optimizer=None,
     encoder=None,
     progress=None,
+    device="cpu",
 ):
+    """Three epochs of the loop on the separable problem; the features stay on the CPU and
+    the loop moves each batch to ``device``, where the encoder, layer and sampler live."""
     x, y = _data()
     xv, yv = _data(200, seed=1)
     if sampler is not None:
         sampler.fit(None, y, C)
-    encoder = Linear(D) if encoder is None else encoder
+        sampler = sampler.to(torch.device(device))
+    encoder = (Linear(D) if encoder is None else encoder).to(device)
     layer = OutputLayer.for_loss(
-        loss, C, encoder.out_dim, generator=torch.Generator().manual_seed(0)
+        loss, C, encoder.out_dim, device=device, generator=torch.Generator().manual_seed(0)
     )
     result = train(
         cfg=LoopConfig(

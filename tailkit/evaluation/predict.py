@@ -180,10 +180,11 @@ def predict(
     if per_row:
         batch_size = ctx.block_rows(batch_size, num_classes, table_budget)
     label_chunk = device_label_chunk(label_chunk, min(batch_size, n), device)
-    bounds = label_chunks(num_classes, label_chunk)
     if per_row:
         order = ctx.label_order()
         bounds = ctx.chunk_bounds(num_classes, label_chunk)  # the sampler's, e.g. subtrees
+    else:
+        bounds = label_chunks(num_classes, label_chunk)
     if order is not None:
         # columns in the sampler's table order: each chunk's correction is a slice, not a
         # gather of C scattered floats per row; true labels are mapped to their columns

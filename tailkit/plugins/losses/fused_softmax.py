@@ -39,9 +39,9 @@ class _AdjustedCrossEntropy(torch.autograd.Function):
 
     ∂ℓ_i/∂f_ij = softmax(a_i)_j − [j = y_i]: the offsets and shifts are constants, so the
     gradient of the adjusted logits is the gradient of the logits. Kept for the backward: the
-    logits (which the step holds anyway) and, when adjusted, each row's maximum and log Σ e^(a − max),
-    two (B,) tensors; the
-    backward writes the softmax into the one (B, C) tensor it returns. torch's cross-entropy
+    logits (which the step holds anyway) and, when adjusted, each row's maximum and
+    log Σ e^(a − max), two (B,) tensors; the backward writes the softmax into the one (B, C)
+    tensor it returns. torch's cross-entropy
     (log-softmax + NLL) held four (B, C) tensors at its peak on CUDA (the logits, the
     log-softmax, NLL's gradient and the log-softmax's: 69.7 GB at B = 4,096, C = 10^6 on an
     H200, where `tailkit plan` counts the logits and their gradient, 36.9 GB with the layer);
