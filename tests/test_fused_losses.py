@@ -306,10 +306,13 @@ def test_compiled_binary_row_losses_float32_against_float64(gamma, rows, classes
     """float32 CPU logits take the compiled kernels (binary_kernels.py): row sums within a few
     float32 ulps of the float64 elementwise formula on the same inputs, gradients within 3e-6
     of them (|gradient| ≤ γ + 1), across 1,024-column blocks, with logits out to ±60, labels in
-    the first and last columns, and a second backward through the same graph (which recomputes
-    the spent slope table) equal to the first."""
+    the first and last columns and on both sides of a block boundary (the kernel sums the
+    label's block as the two slices beside it), and a second backward through the same graph
+    (which recomputes the spent slope table) equal to the first."""
     logits, labels, _, _ = random_case(rows * classes, rows, classes, scale=20.0)
     labels[0], labels[-1] = classes - 1, 0
+    if classes > 2048:
+        labels[1:5] = torch.tensor([1023, 1024, 2047, 2048])
     x = logits.detach().float().requires_grad_()
     weights = torch.rand(rows, dtype=torch.float64, generator=torch.Generator().manual_seed(rows))
     got = binary_row_losses(x, labels, gamma)

@@ -117,44 +117,61 @@ def _slopes_focal(z, gamma, scale, out):
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_and_slopes_sigmoid(z, skip, gamma, scale, out):
-    n = z.shape[0]
-    total = 0.0
-    for start in range(0, n, _BLOCK):
-        acc = _ZERO
-        for j in range(start, min(start + _BLOCK, n)):
-            f, slope = _sigmoid_term(z[j], gamma)
-            acc += f if j != skip else _ZERO
-            out[j] = slope * scale
-        total += np.float64(acc)
-    return total
+def _sum_and_slopes_sigmoid(z, gamma, scale, out):
+    acc = _ZERO
+    for j in range(z.shape[0]):
+        f, slope = _sigmoid_term(z[j], gamma)
+        acc += f
+        out[j] = slope * scale
+    return acc
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_and_slopes_focal1(z, skip, gamma, scale, out):
-    n = z.shape[0]
-    total = 0.0
-    for start in range(0, n, _BLOCK):
-        acc = _ZERO
-        for j in range(start, min(start + _BLOCK, n)):
-            f, slope = _focal1_term(z[j], gamma)
-            acc += f if j != skip else _ZERO
-            out[j] = slope * scale
-        total += np.float64(acc)
-    return total
+def _sum_and_slopes_focal1(z, gamma, scale, out):
+    acc = _ZERO
+    for j in range(z.shape[0]):
+        f, slope = _focal1_term(z[j], gamma)
+        acc += f
+        out[j] = slope * scale
+    return acc
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sum_and_slopes_focal(z, skip, gamma, scale, out):
+def _sum_and_slopes_focal(z, gamma, scale, out):
+    acc = _ZERO
+    for j in range(z.shape[0]):
+        f, slope = _focal_term(z[j], gamma)
+        acc += f
+        out[j] = slope * scale
+    return acc
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _sum_and_slopes(z, gamma, mode, scale, out):
+    """Σ_j f(z[j]) (float32 lanes) over a slice, writing scale · f'(z[j]) into ``out``."""
+    if mode == 0:
+        return _sum_and_slopes_sigmoid(z, gamma, scale, out)
+    if mode == 1:
+        return _sum_and_slopes_focal1(z, gamma, scale, out)
+    return _sum_and_slopes_focal(z, gamma, scale, out)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _row_sum_and_slopes(z, skip, gamma, mode, scale, out):
+    """Σ_{j ≠ skip} f(z[j]) in float64 over blocks of :data:`_BLOCK` columns, and the slopes of
+    every column but ``skip``. The block holding ``skip`` is summed as the two slices beside it:
+    a mask (``j != skip``) in the loop compared 64-bit indices lane by lane and cost more than
+    the transcendentals (focal, one core: 3.9 → 2.2 ms at B = 512, C = 3,875)."""
     n = z.shape[0]
     total = 0.0
     for start in range(0, n, _BLOCK):
-        acc = _ZERO
-        for j in range(start, min(start + _BLOCK, n)):
-            f, slope = _focal_term(z[j], gamma)
-            acc += f if j != skip else _ZERO
-            out[j] = slope * scale
-        total += np.float64(acc)
+        stop = min(start + _BLOCK, n)
+        if start <= skip < stop:
+            before = _sum_and_slopes(z[start:skip], gamma, mode, scale, out[start:skip])
+            after = _sum_and_slopes(z[skip + 1 : stop], gamma, mode, scale, out[skip + 1 : stop])
+            total += np.float64(before) + np.float64(after)
+        else:
+            total += np.float64(_sum_and_slopes(z[start:stop], gamma, mode, scale, out[start:stop]))
     return total
 
 
@@ -168,17 +185,12 @@ def binary_forward_with_slopes(logits, labels, gamma, mode, scale, out, slopes):
     before the backward costs no pass of its own. ``mode`` from :func:`kernel_mode`."""
     g = np.float32(gamma)
     for i in numba.prange(logits.shape[0]):
-        z, y, row, s = logits[i], labels[i], slopes[i], scale[i]
-        if mode == 0:
-            total = _row_sum_and_slopes_sigmoid(z, y, g, s, row)
-        elif mode == 1:
-            total = _row_sum_and_slopes_focal1(z, y, g, s, row)
-        else:
-            total = _row_sum_and_slopes_focal(z, y, g, s, row)
+        z, y, s = logits[i], labels[i], scale[i]
+        total = _row_sum_and_slopes(z, y, g, mode, s, slopes[i])
         term, slope = _label_term(z[y], gamma)
         out[i] = np.float32(total + term)
-        # Indexed from slopes, not through the row view: numba 0.68's parfor dropped this
-        # store when it went through `row` (the label entries kept their t = 0 slope).
+        # Indexed from slopes, not through a row view: numba 0.68's parfor dropped this store
+        # when it went through one unpacked beside `s` (the label kept its t = 0 slope).
         slopes[i, y] = np.float32(slope) * s
 
 
