@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from tailkit.plugins.losses import dro_lt
 from tailkit.plugins.losses.dro_lt import dro_loss
 from tailkit.plugins.losses.elm import _BatchPull, _CompiledBatchPull, batch_pull, same_class_pairs
 from tailkit.plugins.losses.multilabel import compiled_masked_lse
@@ -153,6 +154,44 @@ def test_compiled_dro_term_equals_dro_loss(temperature, training) -> None:
         assert loss.seen[present].all()
     else:
         assert torch.equal(loss.prototypes, stored) and torch.equal(loss.seen, marked)
+
+
+@pytest.mark.parametrize("ce_weighting", ["none", "head-up"])
+def test_one_node_dro_lt_equals_the_composition_it_replaces(ce_weighting, monkeypatch) -> None:
+    """A whole-label float32 CPU batch takes DRO-LT as one autograd node (_CompiledDROLT); the
+    same loss built from the CE node, its (weighted) mean, ×λ and the DRO term's own node (what
+    a label-sharded batch takes) gives the same bits: value, the logits', embeddings' and ε's
+    gradients, and the prototype update, over three steps."""
+
+    def run() -> tuple[str, list[torch.Tensor]]:
+        counts = torch.arange(50, 0, -1, dtype=torch.float64)
+        spec = {"name": "dro-lt", "lam": 0.7, "temperature": 0.3, "ce_weighting": ce_weighting}
+        loss = make_registry().build("losses", spec, "t")
+        loss.setup(counts)
+        gen = torch.Generator().manual_seed(11)
+        out = []
+        for step in range(3):
+            labels = torch.multinomial(counts, 120, replacement=True, generator=gen)
+            z = torch.randn(120, 16, generator=gen).requires_grad_()
+            logits = torch.randn(120, 50, generator=gen).requires_grad_()
+            value = loss(full_batch(labels=labels, logits=logits, embeddings=z, epoch=1, step=step))
+            value.backward()
+            kind = type(value.grad_fn).__name__
+            out += [
+                value.detach(),
+                logits.grad,
+                z.grad,
+                loss.epsilon.grad.clone(),
+                *(t.clone() for t in loss.state_dict().values()),
+            ]
+            loss.epsilon.grad = None
+        return kind, out
+
+    fused_kind, fused = run()
+    monkeypatch.setattr(dro_lt, "compiled_path", lambda logits: False)
+    composed_kind, composed = run()
+    assert "CompiledDROLT" in fused_kind and "CompiledDROLT" not in composed_kind
+    assert all(torch.equal(a, b) for a, b in zip(fused, composed, strict=True))
 
 
 def _steps(spec: dict, threads: int) -> list[torch.Tensor]:

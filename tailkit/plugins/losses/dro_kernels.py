@@ -56,30 +56,36 @@ def batch_prototypes(z, labels, prototypes, seen, epsilon, momentum, update):
 
     ``z`` (B, d) float32 and ``labels`` (B,) int64; ``prototypes`` (C, d) float32 and ``seen``
     (C,) bool are the loss's running state. The batch's distinct classes, ascending, are its
-    prototypes k = 0..K−1: returns ``inverse`` (B,) (each sample's k), ``sizes`` (K,), ``points``
-    (K + B, d) float32 (the K current prototypes, then the B samples, all centred on the
-    prototypes' mean), ``norms`` (K + B,) float32 (their squared norms), ``own`` (B,) float32
-    (each sample's distance to its own prototype, from direct differences) and ``current``
-    (K, d) float32, the uncentred prototypes: a class's stored prototype if ``seen``, else its
-    batch mean; and ``shift`` (B,) float32, each sample's radius ε_{y_i} from ``epsilon`` (C,).
-    With ``update``, each class's stored prototype then becomes
-    m·current + (1 − m)·mean (its mean if unseen; m = ``momentum``) and it is marked seen.
+    prototypes k = 0..K−1: returns ``inverse`` (B,) (each sample's k), ``members`` (B,) (the
+    samples by class, each class's in sample order) and ``starts`` (K + 1,) (class k's are
+    ``members[starts[k]:starts[k + 1]]``), ``sizes`` (K,), ``points`` (K + B, d) float32 (the K
+    current prototypes, then the B samples, all centred on the prototypes' mean), ``norms``
+    (K + B,) float32 (their squared norms), ``own`` (B,) float32 (each sample's distance to its
+    own prototype, from direct differences) and ``current`` (K, d) float32, the uncentred
+    prototypes: a class's stored prototype if ``seen``, else its batch mean; and ``shift``
+    (B,) float32, each sample's radius ε_{y_i} from ``epsilon`` (C,). With ``update``, each
+    class's stored prototype then becomes m·current + (1 − m)·mean (its mean if unseen; m =
+    ``momentum``) and it is marked seen. Every sum runs in a fixed order (a class's samples in
+    sample order, the prototypes in class order), so the values do not depend on the threads.
     """
     b, d = z.shape
-    order = np.argsort(labels)
+    members = np.argsort(labels)
     inverse = np.empty(b, dtype=np.int64)
+    starts = np.empty(b + 1, dtype=np.int64)
     k = -1
     for p in range(b):
-        if p == 0 or labels[order[p]] != labels[order[p - 1]]:
+        if p == 0 or labels[members[p]] != labels[members[p - 1]]:
             k += 1
-        inverse[order[p]] = k
+            starts[k] = p
+        inverse[members[p]] = k
     count = k + 1
-    sizes = np.zeros(count, dtype=np.int64)
+    starts = starts[: count + 1].copy()
+    starts[count] = b
+    sizes = starts[1:] - starts[:-1]
     classes = np.empty(count, dtype=np.int64)
     sums = np.zeros((count, d), dtype=np.float64)
     for i in range(b):
         k = inverse[i]
-        sizes[k] += 1
         classes[k] = labels[i]
         for j in range(d):
             sums[k, j] += z[i, j]
@@ -102,24 +108,26 @@ def batch_prototypes(z, labels, prototypes, seen, epsilon, momentum, update):
         mid[j] = centre[j] / count
     points = np.empty((count + b, d), dtype=np.float32)
     norms = np.empty(count + b, dtype=np.float32)
-    for k in range(count):
-        norms[k] = _centred(current[k], mid, points[k])
     own = np.empty(b, dtype=np.float32)
     shift = np.empty(b, dtype=np.float32)
-    for i in range(b):
-        shift[i] = epsilon[labels[i]]
-        norms[count + i] = _centred(z[i], mid, points[count + i])
-        mine = current[inverse[i]]
-        total = _ZERO
-        for j in range(d):
-            diff = z[i, j] - mine[j]
-            total += diff * diff
-        own[i] = np.sqrt(total)
-    return inverse, sizes, points, norms, own, current, shift
+    for r in range(count + b):
+        if r < count:
+            norms[r] = _centred(current[r], mid, points[r])
+        else:
+            i = r - count
+            norms[r] = _centred(z[i], mid, points[r])
+            shift[i] = epsilon[labels[i]]
+            mine = current[inverse[i]]
+            total = _ZERO
+            for j in range(d):
+                diff = z[i, j] - mine[j]
+                total += diff * diff
+            own[i] = np.sqrt(total)
+    return inverse, members, starts, sizes, points, norms, own, current, shift
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
-def dro_forward(cross, norms, own, inverse, sizes, shift, inv_t, lse):
+def dro_forward(cross, norms, own, inverse, members, starts, shift, inv_t, lse):
     """The loss (float64), from ``cross`` (K, B) float32, the GEMM of the centred prototypes with
     the centred samples, and their squared ``norms`` (K + B,); the distances D are written over
     ``cross`` (a sample's distance to its own prototype is ``own``) and the log-sum-exps into
@@ -131,16 +139,22 @@ def dro_forward(cross, norms, own, inverse, sizes, shift, inv_t, lse):
     zeros = np.zeros(b, dtype=np.float32)
     for k in numba.prange(count):
         row = cross[k]
-        # −(D_ki + [k = k(i)] ε) per sample, then its maximum by softmax_kernels' stripes: a
-        # running max inside this loop kept it scalar (0.28 → 0.16 ms for K = 211, B = 512,
-        # one core), as it had CE's (that module's _row_max; ``zeros`` is its offset row)
+        # −D_ki for every sample, then each of the class's own samples rewritten: a per-entry
+        # test (is i one of k's?) kept this loop from vectorising cleanly (0.128 → 0.097 ms)
         neg = np.empty(b, dtype=np.float32)
         for i in range(b):
-            d2 = norms[k] + sample_norms[i] - np.float32(2.0) * row[i]
-            mine = inverse[i] == k
-            dist = own[i] if mine else max(np.sqrt(max(d2, _ZERO)), FLOOR)
+            dist = max(
+                np.sqrt(max(norms[k] + sample_norms[i] - np.float32(2.0) * row[i], _ZERO)), FLOOR
+            )
             row[i] = dist
-            neg[i] = -(dist + (shift[i] if mine else _ZERO))
+            neg[i] = -dist
+        for p in range(starts[k], starts[k + 1]):
+            i = members[p]
+            row[i] = own[i]
+            neg[i] = -(own[i] + shift[i])
+        # the maximum by softmax_kernels' stripes: a running max inside this loop kept it
+        # scalar (0.28 → 0.16 ms for K = 211, B = 512, one core), as it had CE's (that
+        # module's _row_max; ``zeros`` is its offset row)
         top = _row_max(neg, zeros) * inv_t  # max of s_ki: −x·(1/T) falls as x grows
         acc = _ZERO
         for i in range(b):
@@ -151,13 +165,17 @@ def dro_forward(cross, norms, own, inverse, sizes, shift, inv_t, lse):
     for i in range(b):
         k = inverse[i]
         s = np.float64(-(cross[k, i] + shift[i]) * inv_t)
-        total += (s - lse[k]) / sizes[k]
+        total += (s - lse[k]) / (starts[k + 1] - starts[k])
     return -total / count
+
+
+#: Samples per task of the backward's column sums: a block of each prototype's row at a time.
+_COLUMN_BLOCK = 64
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract"})
 def dro_backward(
-    dist, z, labels, inverse, sizes, shift, inv_t, lse, scale, weights, grad_z, grad_eps
+    dist, z, labels, inverse, members, starts, shift, inv_t, lse, scale, weights, grad_z, grad_eps
 ):
     """The gradient of the loss scaled by ``scale`` (the incoming gradient): ``weights`` (K, B)
     float32 = H (H_ki = −G_ki/(T·D_ki), 0 where D_ki is at the floor), ``grad_z`` (B, d) float32
@@ -169,21 +187,31 @@ def dro_backward(
         row, out = dist[k], weights[k]
         hi = np.float32(lse[k])
         lo = np.float32(lse[k] - np.float64(hi))
-        pull = per_class / np.float32(sizes[k])
         for i in range(b):
-            mine = inverse[i] == k
-            a = (hi + (row[i] + (shift[i] if mine else _ZERO)) * inv_t) + lo
-            g = (exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) * per_class - (pull if mine else _ZERO)
+            a = (hi + row[i] * inv_t) + lo
+            g = (exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) * per_class
             out[i] = -g * inv_t / row[i] if row[i] > FLOOR else _ZERO
-    column = np.zeros(b, dtype=np.float32)
-    for k in range(count):  # Σ_k H_ki, prototype by prototype: each i in a fixed order
-        for i in range(b):
-            column[i] += weights[k, i]
+        pull = per_class / np.float32(starts[k + 1] - starts[k])
+        for p in range(starts[k], starts[k + 1]):  # the class's own samples, as in dro_forward
+            i = members[p]
+            a = (hi + (row[i] + shift[i]) * inv_t) + lo
+            g = (exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) * per_class - pull
+            out[i] = -g * inv_t / row[i] if row[i] > FLOOR else _ZERO
+    # Σ_k H_ki for a block of samples at a time, prototype by prototype: each i in a fixed order
+    for block in numba.prange((b + _COLUMN_BLOCK - 1) // _COLUMN_BLOCK):
+        first = block * _COLUMN_BLOCK
+        width = min(_COLUMN_BLOCK, b - first)
+        column = np.zeros(width, dtype=np.float32)
+        for k in range(count):
+            part = weights[k, first : first + width]
+            for t in range(width):
+                column[t] += part[t]
+        for t in range(width):
+            for j in range(z.shape[1]):
+                grad_z[first + t, j] = column[t] * z[first + t, j]
     for i in range(b):
-        for j in range(z.shape[1]):
-            grad_z[i, j] = column[i] * z[i, j]
         # each sample's own pair: ε's gradient is −G/T there (H may be 0)
         k = inverse[i]
         a = np.float64(lse[k]) + np.float64((dist[k, i] + shift[i]) * inv_t)
-        g = math.exp(-a) * per_class - per_class / np.float32(sizes[k])
+        g = math.exp(-a) * per_class - per_class / np.float32(starts[k + 1] - starts[k])
         grad_eps[labels[i]] += np.float32(-g * inv_t)
