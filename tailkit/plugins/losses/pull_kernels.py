@@ -68,10 +68,13 @@ def class_runs(sorted_labels):
 
 
 @numba.njit(cache=True, inline="always", fastmath={"contract", "reassoc"})
-def _squared_distance(a, i, j):
+def _squared_distance(x, y):
+    """‖x − y‖² of two float32 rows, in float32 lanes. Rows, not a[i, k]: numba cannot tell
+    that a computed i is not negative, and its wrap-around test per element kept the loop
+    from vectorising."""
     acc = np.float32(0.0)
-    for k in range(a.shape[1]):
-        diff = a[i, k] - a[j, k]
+    for k in range(x.shape[0]):
+        diff = x[k] - y[k]
         acc += diff * diff
     return acc
 
@@ -96,7 +99,7 @@ def pull_forward(a, order, run_start, run_size, block_start, alpha, weights, ome
             for q in range(n):
                 if s + q == p:
                     continue
-                v = np.float64(_squared_distance(a, i, order[s + q])) - alpha[i]
+                v = np.float64(_squared_distance(a[i], a[order[s + q]])) - alpha[i]
                 weights[base + q] = v
                 top = max(top, v)
             total = math.exp(-top)
@@ -122,7 +125,7 @@ def pull_backward(a, order, run_start, run_size, block_start, weights, grad, out
             i = order[p]
             s, n = run_start[p], run_size[p]
             r = p - s
-            row = out[i]
+            row, ai = out[i], a[i]
             for k in range(d):
                 row[k] = 0.0
             for q in range(n):
@@ -134,8 +137,9 @@ def pull_backward(a, order, run_start, run_size, block_start, weights, grad, out
                 w = np.float32(2.0 * both)
                 if abs(w) < _TINY:  # zero or subnormal (module docstring)
                     continue
+                aj = a[j]  # rows, as in _squared_distance
                 for k in range(d):
-                    row[k] += w * (a[i, k] - a[j, k])
+                    row[k] += w * (ai[k] - aj[k])
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract", "reassoc"})

@@ -67,16 +67,41 @@ def _sum_exp_but(f, o, skip, m):
     total = 0.0
     probe = _ZERO  # NaN if any entry is: the max and the compare above would drop it silently
     for start in range(0, n, _BLOCK):
-        acc = _ZERO
         # slices indexed from 0: numba cannot tell that start + j ≥ 0, and its wrap-around
         # test for a negative index kept this loop scalar (1.6 → 1.0 ns an entry, one core)
         fb, ob = f[start : start + _BLOCK], o[start : start + _BLOCK]
-        for j in range(fb.shape[0]):
-            a = m - (fb[j] + ob[j])
-            acc += exp_neg_f32(a) if (a < CLAMP_F32 and j != skip - start) else _ZERO
-            probe += a
+        if start <= skip < start + _BLOCK:
+            acc, part = _block_sum_exp_but(fb, ob, skip - start, m)
+        else:
+            acc, part = _block_sum_exp(fb, ob, m)
         total += np.float64(acc)
+        probe += part
     return np.nan if np.isnan(probe) else total
+
+
+# Two copies of one loop: the mask's lane-by-lane compare of 64-bit indices cost more than the
+# exponentials (the sum 1.02 → 0.84 ms a batch on one core, B = 512, C = 3,875), and only the
+# label's block needs it. Same lanes, same order, so the same sums as masking every block.
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath={"contract", "reassoc"})
+def _block_sum_exp(fb, ob, m):
+    acc = _ZERO
+    probe = _ZERO
+    for j in range(fb.shape[0]):
+        a = m - (fb[j] + ob[j])
+        acc += exp_neg_f32(a) if a < CLAMP_F32 else _ZERO
+        probe += a
+    return acc, probe
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath={"contract", "reassoc"})
+def _block_sum_exp_but(fb, ob, skip, m):
+    acc = _ZERO
+    probe = _ZERO
+    for j in range(fb.shape[0]):
+        a = m - (fb[j] + ob[j])
+        acc += exp_neg_f32(a) if (a < CLAMP_F32 and j != skip) else _ZERO
+        probe += a
+    return acc, probe
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
