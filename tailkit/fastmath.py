@@ -54,6 +54,13 @@ _L0, _L1, _L2, _L3, _L4, _L5, _L6, _L7, _L8 = (
     )
 )
 _R0, _R1 = _F32(24.0 / 17.0), _F32(8.0 / 17.0)
+#: Above this a, e^(−a) (< 1e-304) is taken as 0: libm's values there go subnormal, and a
+#: subnormal operand or result costs a microcode assist on Intel cores.
+CLAMP_F64 = 700.0
+# ln 2 in two parts for float64 (fdlibm's): n·_LN2_HI_F64 is exact for |n| < 2^11
+_LN2_HI_F64, _LN2_LO_F64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+# e^u on |u| ≤ ln2 / 2 by its Taylor polynomial to u^13: the remainder is below 1e-17 relative
+_E64 = tuple(1.0 / math.factorial(i) for i in range(14))
 
 #: Multiply-adds may fuse; nothing is reordered or approximated.
 EXACT_ENOUGH = {"contract"}
@@ -117,6 +124,44 @@ def exp_neg_f32(a):
     return p * _float32_from_bits(np.int32((127 - n) << 23))
 
 
+@intrinsic
+def _float64_from_bits(typingctx, bits):
+    """The float64 whose IEEE bits are the int64 ``bits`` (an LLVM bitcast, which vectorises)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
+def exp_neg_f64(a):
+    """e^(−a) for a float64 a ≥ 0, relative error below 1e-15, and 0 past :data:`CLAMP_F64`
+    (NaN stays NaN): :func:`exp_neg_f32`'s reduction in float64, where libm's exp is a call
+    per element."""
+    c = CLAMP_F64 if a > CLAMP_F64 else a  # noqa: FURB136 (min() would turn NaN into the clamp)
+    n = np.int64(c * 1.4426950408889634 + 0.5)
+    fn = np.float64(n)
+    u = (fn * _LN2_HI_F64 - c) + fn * _LN2_LO_F64
+    p = _E64[13] * u + _E64[12]
+    p = p * u + _E64[11]
+    p = p * u + _E64[10]
+    p = p * u + _E64[9]
+    p = p * u + _E64[8]
+    p = p * u + _E64[7]
+    p = p * u + _E64[6]
+    p = p * u + _E64[5]
+    p = p * u + _E64[4]
+    p = p * u + _E64[3]
+    p = p * u + _E64[2]
+    p = p * u + 1.0
+    p = p * u + 1.0
+    value = p * _float64_from_bits(np.int64((1023 - n) << 52))
+    return 0.0 if a > CLAMP_F64 else value
+
+
 @numba.njit(cache=True, inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
 def log1p_unit_f32(e):
     """log(1 + e) for a float32 e in [0, 1], as e·q(e) with q a degree-8 polynomial fitted at
@@ -148,6 +193,13 @@ def reciprocal_unit_f32(d):
 def softplus_neg_f32(a):
     """log(1 + e^(−a)) for a float32 a ≥ 0, relative error ~3e-7, in vectorisable float32."""
     return log1p_unit_f32(exp_neg_f32(a))
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
+def exp_neg_f64_array(a, out):
+    """:func:`exp_neg_f64` over a float64 array, for tests."""
+    for i in range(a.shape[0]):
+        out[i] = exp_neg_f64(a[i])
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)

@@ -37,6 +37,7 @@ import numba
 import numpy as np
 
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.fastmath import exp_neg_f64
 
 #: The smallest normal float32, 2^−126: a weight below it is skipped (module docstring).
 _TINY = np.float32(np.finfo(np.float32).tiny)
@@ -84,33 +85,63 @@ def pull_forward(a, order, run_start, run_size, block_start, alpha, weights, ome
     """Ω (B,) float64 per row of ``a`` (B, d) float32, and the pair weights P: row order[p]'s
     weight on its run's q-th member at ``weights``[block_start[p] + r·n + q], r = p − its run's
     start (0 on the diagonal). A row alone in its class gets Ω = 0. ``threads``: numba's
-    thread count (a cached kernel cannot ask for it), over which the anchors are dealt."""
+    thread count (a cached kernel cannot ask for it), over which the anchors are dealt.
+
+    Two passes. The first computes each unordered pair's squared distance once (‖a_i − a_j‖²
+    and ‖a_j − a_i‖² are the same float32 sum) into both of its places in the run's block; the
+    second turns each anchor's row of the block into v − max, its exponentials (a vectorised
+    float64 exp: libm's is a call per pair) and P. The distances were half the forward."""
     b = order.shape[0]
     for t in numba.prange(threads):
         for p in range(t, b, threads):  # dealt in turn (module docstring)
+            s, n = run_start[p], run_size[p]
+            r = p - s
+            block = weights[block_start[p] : block_start[p] + n * n]
+            anchor = a[order[p]]
+            block[r * n + r] = 0.0
+            for q in range(r + 1, n):
+                dist = np.float64(_squared_distance(anchor, a[order[s + q]]))
+                block[r * n + q] = dist
+                block[q * n + r] = dist
+    for t in numba.prange(threads):
+        for p in range(t, b, threads):
             i = order[p]
             s, n = run_start[p], run_size[p]
-            base = block_start[p] + (p - s) * n
+            r = p - s
+            row = weights[block_start[p] + r * n : block_start[p] + (r + 1) * n]
             if n == 1:
-                weights[base] = 0.0
+                row[0] = 0.0
                 omega[i] = 0.0
                 continue
+            shift = alpha[i]
             top = 0.0  # the 1 of log(1 + Σ e^v) is a v = 0 term: shift by max(0, max v)
             for q in range(n):
-                if s + q == p:
-                    continue
-                v = np.float64(_squared_distance(a[i], a[order[s + q]])) - alpha[i]
-                weights[base + q] = v
-                top = max(top, v)
-            total = math.exp(-top)
+                if q != r:
+                    top = max(top, row[q] - shift)
+            total = math.exp(-top) + _exponentials(row, r, top, shift)
             for q in range(n):
-                if s + q != p:
-                    e = math.exp(weights[base + q] - top)
-                    weights[base + q] = e
-                    total += e
-            for q in range(n):
-                weights[base + q] = 0.0 if s + q == p else weights[base + q] / total
+                row[q] /= total
+            row[r] = 0.0
             omega[i] = top + math.log(total)
+
+
+# Not inlined into pull_forward, which has its own exp: numba 0.68's IR inliner mixed up two
+# inlined copies of exp_neg_f64 in one function (the second copy's test `a > CLAMP_F64` read
+# the first copy's a), depending on what had been imported before.
+@numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+def _exponentials(row, r, top, shift):
+    """row[q] ← e^(row[q] − shift − top) for every q, and their sum over q ≠ r (the diagonal,
+    set to e^0 here, is left out)."""
+    row[r] = top + shift
+    for q in range(row.shape[0]):
+        row[q] = exp_neg_f64(top - (row[q] - shift))
+    before = 0.0
+    for q in range(r):
+        before += row[q]
+    after = 0.0
+    for q in range(r + 1, row.shape[0]):
+        after += row[q]
+    return before + after
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract"})
