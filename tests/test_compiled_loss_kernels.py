@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tailkit.plugins.losses import dro_lt
+from tailkit.plugins.losses import dro_lt, elm
 from tailkit.plugins.losses.dro_lt import dro_loss
 from tailkit.plugins.losses.elm import _BatchPull, _CompiledBatchPull, batch_pull, same_class_pairs
 from tailkit.plugins.losses.multilabel import compiled_masked_lse
@@ -191,6 +191,35 @@ def test_one_node_dro_lt_equals_the_composition_it_replaces(ce_weighting, monkey
     monkeypatch.setattr(dro_lt, "compiled_path", lambda logits: False)
     composed_kind, composed = run()
     assert "CompiledDROLT" in fused_kind and "CompiledDROLT" not in composed_kind
+    assert all(torch.equal(a, b) for a, b in zip(fused, composed, strict=True))
+
+
+def test_one_node_elm_equals_the_composition_it_replaces(monkeypatch) -> None:
+    """A whole-label float32 CPU batch takes in-batch ELM as one autograd node (_CompiledELM);
+    the composition it replaces (the CE node and its mean, the pull node and its mean, ×λ, +)
+    gives the same bits: value and the logits' and embeddings' gradients, over three steps of
+    a Zipf batch (runs of one row and of many)."""
+
+    def run() -> tuple[str, list[torch.Tensor]]:
+        counts = torch.arange(60, 0, -1, dtype=torch.float64) ** 2
+        loss = make_registry().build("losses", {"name": "elm", "lam": 0.3}, "t")
+        loss.setup(counts)
+        gen = torch.Generator().manual_seed(12)
+        out = []
+        for step in range(3):
+            labels = zipf_labels(150, 60, step)
+            z = torch.randn(150, 16, generator=gen).relu().requires_grad_()
+            logits = torch.randn(150, 60, generator=gen).requires_grad_()
+            value = loss(full_batch(labels=labels, logits=logits, embeddings=z, epoch=1, step=step))
+            value.backward()
+            kind = type(value.grad_fn).__name__
+            out += [value.detach(), logits.grad, z.grad]
+        return kind, out
+
+    fused_kind, fused = run()
+    monkeypatch.setattr(elm, "compiled_path", lambda logits: False)
+    composed_kind, composed = run()
+    assert "CompiledELM" in fused_kind and "CompiledELM" not in composed_kind
     assert all(torch.equal(a, b) for a, b in zip(fused, composed, strict=True))
 
 

@@ -12,7 +12,12 @@ from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.cast_tables import table_like
-from tailkit.plugins.losses.fused_softmax import batch_cross_entropy, replicated_embeddings
+from tailkit.plugins.losses.fused_softmax import (
+    batch_cross_entropy,
+    check_label_range,
+    compiled_path,
+    replicated_embeddings,
+)
 from tailkit.plugins.losses.logit_adjusted import prior_offsets
 from tailkit.plugins.losses.pull_kernels import (
     class_runs,
@@ -21,6 +26,7 @@ from tailkit.plugins.losses.pull_kernels import (
     pull_backward,
     pull_forward,
 )
+from tailkit.plugins.losses.softmax_kernels import cross_entropy_backward, cross_entropy_forward
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -213,21 +219,112 @@ class _CompiledBatchPull(torch.autograd.Function):
         return out, None, None
 
 
+def compiled_pull_runs(z: torch.Tensor, labels: torch.Tensor) -> tuple[Any, ...] | None:
+    """The label-sorted runs that the compiled pull kernels walk (order, run_start, run_size,
+    block_start, total), or None where the torch path is to be taken: not float32 on the CPU,
+    or same-class pairs over a quarter of the B × B matrix (past that, the two GEMMs of
+    :class:`_BatchPull` do the same work faster)."""
+    if z.device.type != "cpu" or z.dtype != torch.float32:
+        return None
+    flat = labels.numpy()
+    order = np.argsort(flat, kind="stable")
+    run_start, run_size, block_start, total = class_runs(flat[order])
+    if total > flat.size * flat.size // 4:
+        return None
+    return order, run_start, run_size, block_start, total
+
+
 def batch_pull(z: torch.Tensor, labels: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """Ω_pull (B,) of every row against the other rows of its class in the batch: the compiled
-    kernels for float32 on the CPU while the same-class pairs are at most a quarter of the
-    B × B matrix (past that, the two GEMMs of :class:`_BatchPull` do the same work faster),
-    :class:`_BatchPull` otherwise."""
-    if z.device.type == "cpu" and z.dtype == torch.float32:
-        flat = labels.numpy()
-        order = np.argsort(flat, kind="stable")
-        run_start, run_size, block_start, total = class_runs(flat[order])
-        if total <= flat.size * flat.size // 4:
-            runs = (order, run_start, run_size, block_start, total)
-            compiled: torch.Tensor = _CompiledBatchPull.apply(z, runs, alpha)
-            return compiled
+    kernels where :func:`compiled_pull_runs` gives runs, :class:`_BatchPull` otherwise."""
+    runs = compiled_pull_runs(z, labels)
+    if runs is not None:
+        compiled: torch.Tensor = _CompiledBatchPull.apply(z, runs, alpha)
+        return compiled
     pull: torch.Tensor = _BatchPull.apply(z, same_class_pairs(labels), alpha)
     return pull
+
+
+class _CompiledELM(torch.autograd.Function):
+    """The whole in-batch ELM loss, mean CE on logits + offsets + λ·mean Ω_pull, as one autograd
+    node for a whole-label float32 CPU batch: the compiled CE kernels
+    (:mod:`~tailkit.plugins.losses.softmax_kernels`) and pull kernels (:class:`_CompiledBatchPull`'s).
+    The same values and gradients, bit for bit, as that composition (CE node, mean, the pull
+    node, mean, ×λ, +), whose five small nodes cost a step more autograd than the pull's
+    kernels take; the pull runs first in both passes, while the embeddings are in cache."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        logits: torch.Tensor,
+        z: torch.Tensor,
+        labels: torch.Tensor,
+        offsets: torch.Tensor,
+        alpha: torch.Tensor,
+        runs: tuple[Any, ...],
+        lam: float,
+    ) -> torch.Tensor:
+        order, run_start, run_size, block_start, total = runs
+        a = z.contiguous()
+        weights = np.empty(int(total), dtype=np.float64)
+        omega = torch.empty(z.shape[0], dtype=torch.float64)
+        threads = numba.get_num_threads()
+        pull_forward(
+            a.numpy(),
+            order,
+            run_start,
+            run_size,
+            block_start,
+            alpha.to(torch.float64).contiguous().numpy(),
+            weights,
+            omega.numpy(),
+            threads,
+        )
+        rows = logits.shape[0]
+        shift = logits.new_zeros(rows)
+        lse = torch.empty(rows, dtype=torch.float64)
+        per_example = torch.empty(rows, dtype=torch.float32)
+        cross_entropy_forward(
+            logits.numpy(),
+            offsets.numpy(),
+            labels.numpy(),
+            shift.numpy(),
+            lse.numpy(),
+            per_example.numpy(),
+        )
+        ctx.runs, ctx.weights, ctx.lam, ctx.threads = runs, weights, lam, threads
+        ctx.save_for_backward(logits, a, labels, offsets, shift, lse)
+        return per_example.mean() + lam * omega.to(z.dtype).mean()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        logits, a, labels, offsets, shift, lse = ctx.saved_tensors
+        rows = a.shape[0]
+        order, run_start, run_size, block_start, _ = ctx.runs
+        grad_z = torch.empty_like(a)
+        pull_backward(
+            a.numpy(),
+            order,
+            run_start,
+            run_size,
+            block_start,
+            ctx.weights,
+            ((grad * ctx.lam).expand(rows) / rows).to(torch.float64).contiguous().numpy(),
+            grad_z.numpy(),
+            ctx.threads,
+        )
+        grad_logits = torch.empty_like(logits)
+        cross_entropy_backward(
+            logits.numpy(),
+            offsets.numpy(),
+            labels.numpy(),
+            shift.numpy(),
+            lse.numpy(),
+            (grad.expand(rows) / rows).contiguous().numpy(),
+            grad_logits.numpy(),
+        )
+        return grad_logits, grad_z, None, None, None, None, None
 
 
 class _MemoryPull(torch.autograd.Function):
@@ -436,9 +533,24 @@ class ELM(Loss):
             raise RuntimeError("ELM.setup(class_counts) must be called before the loss is used")
         labels = batch.labels.long()
         offsets = table_like(self, "log_adjustment", batch.logits)
-        ce = batch_cross_entropy(batch, offsets=offsets).mean()
         z = replicated_embeddings(batch)
         alpha = table_like(self, "margins", z)[labels]
+        runs = None
+        if self.positives == "batch" and batch.whole and compiled_path(batch.logits):
+            runs = compiled_pull_runs(z, labels)
+        if runs is not None:
+            check_label_range(labels, batch.logits.shape[1], "elm")
+            loss: torch.Tensor = _CompiledELM.apply(
+                batch.logits.contiguous(),
+                z,
+                labels.contiguous(),
+                offsets.detach().contiguous(),
+                alpha.detach(),
+                runs,
+                self.lam,
+            )
+            return loss
+        ce = batch_cross_entropy(batch, offsets=offsets).mean()
         if self.positives == "batch":
             pull = batch_pull(z, labels, alpha.detach())
         else:
