@@ -194,15 +194,17 @@ def test_one_node_dro_lt_equals_the_composition_it_replaces(ce_weighting, monkey
     assert all(torch.equal(a, b) for a, b in zip(fused, composed, strict=True))
 
 
-def test_one_node_elm_equals_the_composition_it_replaces(monkeypatch) -> None:
-    """A whole-label float32 CPU batch takes in-batch ELM as one autograd node (_CompiledELM);
-    the composition it replaces (the CE node and its mean, the pull node and its mean, ×λ, +)
-    gives the same bits: value and the logits' and embeddings' gradients, over three steps of
-    a Zipf batch (runs of one row and of many)."""
+@pytest.mark.parametrize("positives", ["batch", "memory"])
+def test_one_node_elm_equals_the_composition_it_replaces(positives, monkeypatch) -> None:
+    """A whole-label float32 CPU batch takes ELM as one autograd node (_CompiledELM); the
+    composition it replaces (the CE node and its mean, the pull node and its mean, ×λ, +)
+    gives the same bits: value, the logits' and embeddings' gradients and the memory, over
+    three steps of a Zipf batch (runs of one row and of many; memory slots filling up)."""
 
     def run() -> tuple[str, list[torch.Tensor]]:
         counts = torch.arange(60, 0, -1, dtype=torch.float64) ** 2
-        loss = make_registry().build("losses", {"name": "elm", "lam": 0.3}, "t")
+        spec = {"name": "elm", "lam": 0.3, "positives": positives, "memory_size": 3}
+        loss = make_registry().build("losses", spec, "t")
         loss.setup(counts)
         gen = torch.Generator().manual_seed(12)
         out = []
@@ -213,7 +215,12 @@ def test_one_node_elm_equals_the_composition_it_replaces(monkeypatch) -> None:
             value = loss(full_batch(labels=labels, logits=logits, embeddings=z, epoch=1, step=step))
             value.backward()
             kind = type(value.grad_fn).__name__
-            out += [value.detach(), logits.grad, z.grad]
+            out += [
+                value.detach(),
+                logits.grad,
+                z.grad,
+                *(t.clone() for t in loss.state_dict().values()),
+            ]
         return kind, out
 
     fused_kind, fused = run()

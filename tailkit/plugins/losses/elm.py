@@ -246,12 +246,14 @@ def batch_pull(z: torch.Tensor, labels: torch.Tensor, alpha: torch.Tensor) -> to
 
 
 class _CompiledELM(torch.autograd.Function):
-    """The whole in-batch ELM loss, mean CE on logits + offsets + λ·mean Ω_pull, as one autograd
-    node for a whole-label float32 CPU batch: the compiled CE kernels
-    (:mod:`~tailkit.plugins.losses.softmax_kernels`) and pull kernels (:class:`_CompiledBatchPull`'s).
-    The same values and gradients, bit for bit, as that composition (CE node, mean, the pull
-    node, mean, ×λ, +), whose five small nodes cost a step more autograd than the pull's
-    kernels take; the pull runs first in both passes, while the embeddings are in cache."""
+    """The whole ELM loss, mean CE on logits + offsets + λ·mean Ω_pull, as one autograd node for
+    a whole-label float32 CPU batch: the compiled CE kernels
+    (:mod:`~tailkit.plugins.losses.softmax_kernels`) and pull kernels, in-batch
+    (:class:`_CompiledBatchPull`'s, ``positives = ("batch", runs)``) or against the memory
+    (:class:`_CompiledMemoryPull`'s, ``("memory", memory, filled)``). The same values and
+    gradients, bit for bit, as that composition (CE node, mean, the pull node, mean, ×λ, +),
+    whose five small nodes cost a step more autograd than the pull's kernels take; the pull
+    runs first in both passes, while the embeddings are in cache."""
 
     @staticmethod
     def forward(
@@ -261,25 +263,35 @@ class _CompiledELM(torch.autograd.Function):
         labels: torch.Tensor,
         offsets: torch.Tensor,
         alpha: torch.Tensor,
-        runs: tuple[Any, ...],
+        positives: tuple[Any, ...],
         lam: float,
     ) -> torch.Tensor:
-        order, run_start, run_size, block_start, total = runs
         a = z.contiguous()
-        weights = np.empty(int(total), dtype=np.float64)
         omega = torch.empty(z.shape[0], dtype=torch.float64)
-        threads = numba.get_num_threads()
-        pull_forward(
-            a.numpy(),
-            order,
-            run_start,
-            run_size,
-            block_start,
-            alpha.to(torch.float64).contiguous().numpy(),
-            weights,
-            omega.numpy(),
-            threads,
-        )
+        alpha64 = alpha.to(torch.float64).contiguous().numpy()
+        if positives[0] == "batch":
+            order, run_start, run_size, block_start, total = positives[1]
+            weights = np.empty(int(total), dtype=np.float64)
+            ctx.threads = numba.get_num_threads()
+            pull_forward(
+                a.numpy(),
+                order,
+                run_start,
+                run_size,
+                block_start,
+                alpha64,
+                weights,
+                omega.numpy(),
+                ctx.threads,
+            )
+            ctx.pull = (positives[1], weights)
+        else:
+            jacobian = torch.empty_like(a)
+            memory, filled = positives[1:]
+            memory_pull(
+                a.numpy(), labels.numpy(), memory, filled, alpha64, omega.numpy(), jacobian.numpy()
+            )
+            ctx.pull = jacobian
         rows = logits.shape[0]
         shift = logits.new_zeros(rows)
         lse = torch.empty(rows, dtype=torch.float64)
@@ -292,7 +304,7 @@ class _CompiledELM(torch.autograd.Function):
             lse.numpy(),
             per_example.numpy(),
         )
-        ctx.runs, ctx.weights, ctx.lam, ctx.threads = runs, weights, lam, threads
+        ctx.lam = lam
         ctx.save_for_backward(logits, a, labels, offsets, shift, lse)
         return per_example.mean() + lam * omega.to(z.dtype).mean()
 
@@ -301,19 +313,23 @@ class _CompiledELM(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         logits, a, labels, offsets, shift, lse = ctx.saved_tensors
         rows = a.shape[0]
-        order, run_start, run_size, block_start, _ = ctx.runs
-        grad_z = torch.empty_like(a)
-        pull_backward(
-            a.numpy(),
-            order,
-            run_start,
-            run_size,
-            block_start,
-            ctx.weights,
-            ((grad * ctx.lam).expand(rows) / rows).to(torch.float64).contiguous().numpy(),
-            grad_z.numpy(),
-            ctx.threads,
-        )
+        pull_grad = (grad * ctx.lam).expand(rows) / rows
+        if isinstance(ctx.pull, torch.Tensor):  # the memory's Jacobian rows
+            grad_z = ctx.pull * pull_grad.unsqueeze(1)
+        else:
+            (order, run_start, run_size, block_start, _), weights = ctx.pull
+            grad_z = torch.empty_like(a)
+            pull_backward(
+                a.numpy(),
+                order,
+                run_start,
+                run_size,
+                block_start,
+                weights,
+                pull_grad.to(torch.float64).contiguous().numpy(),
+                grad_z.numpy(),
+                ctx.threads,
+            )
         grad_logits = torch.empty_like(logits)
         cross_entropy_backward(
             logits.numpy(),
@@ -535,10 +551,8 @@ class ELM(Loss):
         offsets = table_like(self, "log_adjustment", batch.logits)
         z = replicated_embeddings(batch)
         alpha = table_like(self, "margins", z)[labels]
-        runs = None
-        if self.positives == "batch" and batch.whole and compiled_path(batch.logits):
-            runs = compiled_pull_runs(z, labels)
-        if runs is not None:
+        positives = self._compiled_positives(batch, z, labels)
+        if positives is not None:
             check_label_range(labels, batch.logits.shape[1], "elm")
             loss: torch.Tensor = _CompiledELM.apply(
                 batch.logits.contiguous(),
@@ -546,9 +560,11 @@ class ELM(Loss):
                 labels.contiguous(),
                 offsets.detach().contiguous(),
                 alpha.detach(),
-                runs,
+                positives,
                 self.lam,
             )
+            if self.positives == "memory" and self.training:
+                self._write_compiled(z, labels)
             return loss
         ce = batch_cross_entropy(batch, offsets=offsets).mean()
         if self.positives == "batch":
@@ -560,25 +576,14 @@ class ELM(Loss):
     def _memory_pull(
         self, z: torch.Tensor, labels: torch.Tensor, alpha: torch.Tensor
     ) -> torch.Tensor:
-        if self.memory.shape[-1] != z.shape[-1]:
-            if self.memory_written.any():
-                raise ValueError(
-                    f"elm memory holds embeddings of dimension {self.memory.shape[-1]}, "
-                    f"got {z.shape[-1]}"
-                )
-            self.memory = z.new_zeros(self.memory.shape[0], self.memory_size, z.shape[-1])
+        self._fit_memory(z)
         filled = self.memory_written.clamp(max=self.memory_size)[labels]
         if z.device.type == "cpu" and z.dtype == torch.float32 == self.memory.dtype:
             pull: torch.Tensor = _CompiledMemoryPull.apply(
                 z, labels.contiguous(), self.memory, filled, alpha.detach()
             )
             if self.training:
-                memory_write(
-                    z.detach().contiguous().numpy(),
-                    labels.contiguous().numpy(),
-                    self.memory.numpy(),
-                    self.memory_written.numpy(),
-                )
+                self._write_compiled(z, labels)
             return pull
         slots = torch.arange(self.memory_size, device=z.device)
         valid = slots.unsqueeze(0) < filled.unsqueeze(1)
@@ -587,6 +592,40 @@ class ELM(Loss):
         if self.training:
             self._write(z.detach(), labels)
         return pull
+
+    def _fit_memory(self, z: torch.Tensor) -> None:
+        """Grow the memory to the embeddings' dimension at the first forward."""
+        if self.memory.shape[-1] != z.shape[-1]:
+            if self.memory_written.any():
+                raise ValueError(
+                    f"elm memory holds embeddings of dimension {self.memory.shape[-1]}, "
+                    f"got {z.shape[-1]}"
+                )
+            self.memory = z.new_zeros(self.memory.shape[0], self.memory_size, z.shape[-1])
+
+    def _compiled_positives(
+        self, batch: FullBatch, z: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[Any, ...] | None:
+        """What :class:`_CompiledELM` needs to pull with, or None where the loss is composed
+        (a label shard, float64, CUDA, or an in-batch pull dense enough for the GEMM path)."""
+        if not (batch.whole and compiled_path(batch.logits)):
+            return None
+        if self.positives == "batch":
+            runs = compiled_pull_runs(z, labels)
+            return None if runs is None else ("batch", runs)
+        self._fit_memory(z)
+        if z.dtype != torch.float32 or self.memory.dtype != torch.float32:
+            return None
+        filled = self.memory_written.clamp(max=self.memory_size)[labels]
+        return "memory", self.memory.numpy(), filled.numpy()
+
+    def _write_compiled(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        memory_write(
+            z.detach().contiguous().numpy(),
+            labels.contiguous().numpy(),
+            self.memory.numpy(),
+            self.memory_written.numpy(),
+        )
 
     @torch.no_grad()
     def _write(self, z: torch.Tensor, labels: torch.Tensor) -> None:

@@ -176,38 +176,38 @@ def pull_backward(a, order, run_start, run_size, block_start, weights, grad, out
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
 def memory_pull(z, labels, memory, filled, alpha, omega, jacobian):
     """ELM's pull against a per-class memory, read in place: per row i of ``z`` (B, d) float32
-    with class c = labels[i], its partners are memory[c, m] (C, M, d) for m < filled[c].
+    with class c = labels[i], its partners are memory[c, m] (C, M, d) for m < filled[i].
     Ω_i (float64) → ``omega``, and ∂Ω_i/∂z_i = 2 Σ_m P_im (z_i − memory[c, m]) → ``jacobian``
-    (B, d) float32. The distances do not depend on a common centre, so none is taken."""
+    (B, d) float32. The distances do not depend on a common centre, so none is taken. The
+    exponentials are :func:`_exponentials`' (a vectorised float64 exp), into one (B, M) scratch
+    table rather than an array allocated per row."""
     d = z.shape[1]
+    scratch = np.empty((z.shape[0], memory.shape[1] + 1), dtype=np.float64)
     for i in numba.prange(z.shape[0]):
         c = labels[i]
         n = filled[i]
-        row = jacobian[i]
+        row, zi = jacobian[i], z[i]
         for k in range(d):
             row[k] = 0.0
         if n == 0:
             omega[i] = 0.0
             continue
-        v = np.empty(n, dtype=np.float64)
+        # slot 0 holds the 1 of log(1 + Σ e^v) as v = 0 (left out of _exponentials' sum), the
+        # partners' v from slot 1
+        v = scratch[i, : n + 1]
+        shift = alpha[i]
         top = 0.0
         for m in range(n):
-            acc = np.float32(0.0)
-            for k in range(d):
-                diff = z[i, k] - memory[c, m, k]
-                acc += diff * diff
-            v[m] = np.float64(acc) - alpha[i]
-            top = max(top, v[m])
-        total = math.exp(-top)
+            v[m + 1] = np.float64(_squared_distance(zi, memory[c, m]))
+            top = max(top, v[m + 1] - shift)
+        total = math.exp(-top) + _exponentials(v, 0, top, shift)
         for m in range(n):
-            v[m] = math.exp(v[m] - top)
-            total += v[m]
-        for m in range(n):
-            w = np.float32(2.0 * v[m] / total)
+            w = np.float32(2.0 * v[m + 1] / total)
             if w < _TINY:  # zero or subnormal (module docstring)
                 continue
+            slot = memory[c, m]
             for k in range(d):
-                row[k] += w * (z[i, k] - memory[c, m, k])
+                row[k] += w * (zi[k] - slot[k])
         omega[i] = top + math.log(total)
 
 
