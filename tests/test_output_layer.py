@@ -137,3 +137,31 @@ def test_full_logits_equal_addmm_bit_for_bit(dtype: torch.dtype, frozen_encoder:
     assert torch.equal(logits, ref)
     assert torch.equal(rows.weight.grad, ref_w.grad) and torch.equal(rows.bias.grad, ref_b.grad)
     assert z.grad is None if frozen_encoder else torch.equal(z.grad, ref_z.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cosine_logits_gradients_equal_autograd_normalize(dtype: torch.dtype) -> None:
+    """The cosine layer's written-out backward (float32 on the CPU: the compiled projection of
+    cosine_kernels; float64: torch) against autograd through ``zs @ F.normalize(w).T`` in
+    float64, with a row of norm below ε (the clamp binds: its gradient is G/ε, no projection)
+    and rows of very different norms."""
+    from tailkit.training.output_layer import _CosineLogits
+
+    g = torch.Generator().manual_seed(4)
+    c, d, b = 700, 24, 9
+    w = torch.randn(c, d, generator=g, dtype=torch.float64)
+    w[3] *= 1e-14
+    w[5] *= 1e3
+    w[6] *= 1e-3
+    zs = torch.randn(b, d, generator=g, dtype=torch.float64)
+    grad = torch.randn(b, c, generator=g, dtype=torch.float64)
+    w64, zs64 = w.clone().requires_grad_(), zs.clone().requires_grad_()
+    (zs64 @ torch.nn.functional.normalize(w64, dim=1, eps=1e-12).T).backward(grad)
+    wx = w.to(dtype).requires_grad_()
+    zx = zs.to(dtype).requires_grad_()
+    out = _CosineLogits.apply(zx, wx, 1e-12)
+    out.backward(grad.to(dtype))
+    tol = {"rtol": 2e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-14}
+    scale = w64.grad.abs().amax(dim=1, keepdim=True).clamp_min(1e-300)
+    torch.testing.assert_close(wx.grad.double() / scale, w64.grad / scale, **tol)
+    torch.testing.assert_close(zx.grad.double(), zs64.grad, **tol)

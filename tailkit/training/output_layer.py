@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from tailkit.training.cosine_kernels import project_rows
+
 
 def _norms(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """max(‖x‖, ε) row-wise (n, 1), and where the clamp binds."""
@@ -82,8 +84,9 @@ class _CosineLogits(torch.autograd.Function):
     is the logits, their gradient and one C × d table. So the backward forms ŵ again (the
     same division, so the same bits) for grad_zs and lets it go before the weight gradient
     exists, and projects that gradient with (C,) coefficients, G − w⟨w, G⟩/‖w‖², without
-    ŵ: the cosine layer's peak is then CE's (a unit table beside the weight gradient put
-    LDAM's step at 1.11× CE's peak, 2 MB at C = 3,875 and 51 MB at 10^5).
+    ŵ (one compiled pass per row for float32 on the CPU: :mod:`~tailkit.training.
+    cosine_kernels`): the cosine layer's peak is then CE's (a unit table beside the weight
+    gradient put LDAM's step at 1.11× CE's peak, 2 MB at C = 3,875 and 51 MB at 10^5).
     """
 
     @staticmethod
@@ -98,6 +101,14 @@ class _CosineLogits(torch.autograd.Function):
         zs, w, norm, clamped = ctx.saved_tensors
         grad_zs = grad @ (w / norm) if ctx.needs_input_grad[0] else None
         grad_w = grad.t() @ zs  # ∂/∂ŵ, fresh: projected in place
+        if grad_w.device.type == "cpu" and grad_w.dtype == w.dtype == torch.float32:
+            project_rows(
+                grad_w.numpy(),
+                w.contiguous().numpy(),
+                norm.view(-1).numpy(),
+                clamped.view(-1).numpy(),
+            )
+            return grad_zs, grad_w, None
         along = torch.bmm(w.unsqueeze(1), grad_w.unsqueeze(2)).squeeze(2)  # ⟨w_j, G_j⟩, (C, 1)
         along.div_(norm.square()).masked_fill_(clamped, 0.0)
         grad_w.addcmul_(w, along, value=-1.0).div_(norm)
@@ -286,7 +297,8 @@ class OutputLayer:
         rows = self.all_rows()
         logits: torch.Tensor
         if self.cosine_scale is not None:
-            zs = F.normalize(z, dim=-1) * self.cosine_scale
+            # unit_rows: F.normalize's value with one backward node instead of a dozen
+            zs = unit_rows(z) * self.cosine_scale
             logits = _CosineLogits.apply(zs, rows.weight, 1e-12)
         else:
             logits = _FullLogits.apply(z, rows.weight, rows.bias)
