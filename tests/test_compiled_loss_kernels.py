@@ -156,18 +156,22 @@ def test_compiled_dro_term_equals_dro_loss(temperature, training) -> None:
         assert torch.equal(loss.prototypes, stored) and torch.equal(loss.seen, marked)
 
 
+@pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("ce_weighting", ["none", "head-up"])
-def test_one_node_dro_lt_equals_the_composition_it_replaces(ce_weighting, monkeypatch) -> None:
+def test_one_node_dro_lt_equals_the_composition_it_replaces(
+    ce_weighting, training, monkeypatch
+) -> None:
     """A whole-label float32 CPU batch takes DRO-LT as one autograd node (_CompiledDROLT); the
     same loss built from the CE node, its (weighted) mean, ×λ and the DRO term's own node (what
     a label-sharded batch takes) gives the same bits: value, the logits', embeddings' and ε's
-    gradients, and the prototype update, over three steps."""
+    gradients, and the prototype update (none in eval mode), over three steps."""
 
     def run() -> tuple[str, list[torch.Tensor]]:
         counts = torch.arange(50, 0, -1, dtype=torch.float64)
         spec = {"name": "dro-lt", "lam": 0.7, "temperature": 0.3, "ce_weighting": ce_weighting}
         loss = make_registry().build("losses", spec, "t")
         loss.setup(counts)
+        loss.train(training)  # eval: the prototypes must stay as they are
         gen = torch.Generator().manual_seed(11)
         out = []
         for step in range(3):

@@ -182,11 +182,14 @@ def test_adjusted_cross_entropy_takes_minus_infinity_offsets() -> None:
 def test_compiled_cross_entropy_float32_against_float64(rows, classes, with_offsets, with_shift):
     """float32 CPU logits take the compiled kernels (softmax_kernels.py): loss and gradient
     within a few float32 ulps of the float64 formula on the same float32 inputs, on rows wider
-    than the kernels' 1,024-column blocks, labels in the first and the last column, −inf
-    offsets, logits up to ±120 and target shifts down to −5."""
+    than the kernels' 1,024-column blocks, labels in the first and the last column and on both
+    sides of a block boundary (only the label's block masks it), −inf offsets, logits up to
+    ±120 and target shifts down to −5."""
     logits, labels, offsets, shift = random_case(rows + classes, rows, classes, scale=30.0)
     labels[0] = classes - 1
     labels[-1] = 0
+    if classes > 2048:
+        labels[1:5] = torch.tensor([1023, 1024, 2047, 2048])
     offsets = offsets.float() if with_offsets else None
     if offsets is not None and classes > 2:
         offsets[1] = float("-inf")  # balanced softmax's unseen class

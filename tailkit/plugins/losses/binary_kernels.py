@@ -14,9 +14,9 @@ e = e^(−|z|) and log(1 + e) are computed once per entry with the vectorisable 
 For t = 0 (every column but the label): f = σ^γ·softplus(z) and f' = γ(1 − σ)f + σ^(γ+1)
 (γ = 0: f = softplus, f' = σ), with 1 − σ = σ(−z) formed directly. The label's term (one per
 row) is computed in float64 with libm (:func:`_label_term`, the formula of
-fused_binary._positive_terms). Sums are float32 lanes in blocks of 1,024 columns, the blocks
-added in float64; each row is reduced by one thread in a fixed order, so the values do not
-depend on the thread count.
+fused_binary._positive_terms). Sums are float32 lanes in blocks of 1,024 columns (the label's
+block as the two slices beside the label), the blocks added in float64; each row is reduced by
+one thread in a fixed order, so the values do not depend on the thread count.
 """
 
 from __future__ import annotations

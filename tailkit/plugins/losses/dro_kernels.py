@@ -57,7 +57,8 @@ def batch_prototypes(z, labels, prototypes, seen, epsilon, momentum, update):
     ``z`` (B, d) float32 and ``labels`` (B,) int64; ``prototypes`` (C, d) float32 and ``seen``
     (C,) bool are the loss's running state. The batch's distinct classes, ascending, are its
     prototypes k = 0..K−1: returns ``inverse`` (B,) (each sample's k), ``members`` (B,) (the
-    samples by class, each class's in sample order) and ``starts`` (K + 1,) (class k's are
+    samples by class, in no set order within a class: only independent per-sample rewrites
+    read it) and ``starts`` (K + 1,) (class k's are
     ``members[starts[k]:starts[k + 1]]``), ``sizes`` (K,), ``points`` (K + B, d) float32 (the K
     current prototypes, then the B samples, all centred on the prototypes' mean), ``norms``
     (K + B,) float32 (their squared norms), ``own`` (B,) float32 (each sample's distance to its

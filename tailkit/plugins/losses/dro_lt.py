@@ -498,8 +498,9 @@ class DROLT(Loss):
         )
 
     def _compiled_dro(self, z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The DRO term alone (a label-sharded batch, whose CE is the shard's) from the compiled
-        kernels, and in training the prototype update."""
+        """The DRO term alone from the compiled kernels (float32 embeddings beside logits that
+        the one-node path does not take: a label shard's, float64 or not contiguous-able), and
+        in training the prototype update."""
         labels = labels.contiguous()
         dro: torch.Tensor = _CompiledBatchPrototypeDRO.apply(
             z, self.epsilon, labels, self._batch_prototypes(z, labels), self.temperature

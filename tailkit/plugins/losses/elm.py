@@ -614,7 +614,8 @@ class ELM(Loss):
             runs = compiled_pull_runs(z, labels)
             return None if runs is None else ("batch", runs)
         self._fit_memory(z)
-        if z.dtype != torch.float32 or self.memory.dtype != torch.float32:
+        on_cpu = z.device.type == self.memory.device.type == "cpu"
+        if not on_cpu or z.dtype != torch.float32 or self.memory.dtype != torch.float32:
             return None
         filled = self.memory_written.clamp(max=self.memory_size)[labels]
         return "memory", self.memory.numpy(), filled.numpy()

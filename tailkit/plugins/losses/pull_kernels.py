@@ -80,7 +80,12 @@ def _squared_distance(x, y):
     return acc
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
+# fusion off: the second pass reads distances that other threads wrote in the first, and
+# numba would fuse the two prange loops (same range) if it saw no dependence between them
+# (numba takes a dict of parallel options; its type stubs say bool only)
+@numba.njit(  # type: ignore[call-overload]
+    parallel={"fusion": False}, cache=True, error_model="numpy", fastmath={"contract", "reassoc"}
+)
 def pull_forward(a, order, run_start, run_size, block_start, alpha, weights, omega, threads):
     """Ω (B,) float64 per row of ``a`` (B, d) float32, and the pair weights P: row order[p]'s
     weight on its run's q-th member at ``weights``[block_start[p] + r·n + q], r = p − its run's
@@ -179,8 +184,8 @@ def memory_pull(z, labels, memory, filled, alpha, omega, jacobian):
     with class c = labels[i], its partners are memory[c, m] (C, M, d) for m < filled[i].
     Ω_i (float64) → ``omega``, and ∂Ω_i/∂z_i = 2 Σ_m P_im (z_i − memory[c, m]) → ``jacobian``
     (B, d) float32. The distances do not depend on a common centre, so none is taken. The
-    exponentials are :func:`_exponentials`' (a vectorised float64 exp), into one (B, M) scratch
-    table rather than an array allocated per row."""
+    exponentials are :func:`_exponentials`' (a vectorised float64 exp), into one (B, M + 1)
+    scratch table rather than an array allocated per row."""
     d = z.shape[1]
     scratch = np.empty((z.shape[0], memory.shape[1] + 1), dtype=np.float64)
     for i in numba.prange(z.shape[0]):
