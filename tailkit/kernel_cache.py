@@ -60,8 +60,12 @@ def source_stamp(py_file: Path, package: Path = PACKAGE) -> str:
 
 
 def _cache_dir() -> str:
-    """``NUMBA_CACHE_DIR`` as numba read it (tailkit/__init__.py sets it), "" when unset."""
-    return getattr(config, "CACHE_DIR", "") or ""
+    """``NUMBA_CACHE_DIR`` as numba read it, or as tailkit/__init__.py set it after numba had
+    read the environment: a script that imports numba before tailkit must not fall back to
+    numba's in-tree cache, which is keyed on a kernel file's path and modification time
+    alone, so an edit to the helpers it inlines (fastmath.py) served stale machine code, and
+    which writes into the package. "" when neither is set."""
+    return getattr(config, "CACHE_DIR", "") or os.environ.get("NUMBA_CACHE_DIR", "")
 
 
 class ContentLocator(_CacheLocator):

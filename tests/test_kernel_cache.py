@@ -83,3 +83,24 @@ def test_the_stamp_covers_the_package_modules_a_kernel_imports_from(tmp_path: Pa
     source_stamp.cache_clear()
     (package / "helpers.py").write_text("K = 2\n")
     assert source_stamp(kernel, package) != before
+
+
+def test_kernels_use_the_content_cache_when_numba_was_imported_first(tmp_path: Path) -> None:
+    """numba reads NUMBA_CACHE_DIR once, when it is imported; tailkit sets it at its own import.
+    A script that imports numba first still gets the content-keyed cache under tailkit's
+    directory, never numba's in-tree one (keyed on the file's mtime only, so stale after an
+    edit to fastmath.py, and written into the package)."""
+    script = (
+        "import numba\n"
+        "import tailkit.plugins.losses.pull_kernels as P\n"
+        "print(type(P.pull_forward._cache._impl.locator).__name__, P.pull_forward._cache._cache_path)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    kind, path = result.stdout.split()
+    assert kind == "ContentLocator"
+    assert Path(path).is_relative_to(tmp_path / "tailkit")

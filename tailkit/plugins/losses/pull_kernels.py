@@ -130,9 +130,6 @@ def pull_forward(a, order, run_start, run_size, block_start, alpha, weights, ome
             omega[i] = top + math.log(total)
 
 
-# Not inlined into pull_forward, which has its own exp: numba 0.68's IR inliner mixed up two
-# inlined copies of exp_neg_f64 in one function (the second copy's test `a > CLAMP_F64` read
-# the first copy's a), depending on what had been imported before.
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
 def _exponentials(row, r, top, shift):
     """row[q] ← e^(row[q] − shift − top) for every q, and their sum over q ≠ r (the diagonal,

@@ -81,9 +81,7 @@ def _sum_exp_but(f, o, skip, m):
 
 # Two copies of one loop: the mask's lane-by-lane compare of 64-bit indices cost more than the
 # exponentials (the sum 1.02 → 0.84 ms a batch on one core, B = 512, C = 3,875), and only the
-# label's block needs it. Same lanes, same order, so the same sums as masking every block. Not
-# inlined: numba 0.68's IR inliner can mix up two inlined copies of a helper with a conditional
-# in one function (pull_kernels._exponentials).
+# label's block needs it. Same lanes, same order, so the same sums as masking every block.
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
 def _block_sum_exp(fb, ob, m):
     acc = _ZERO
