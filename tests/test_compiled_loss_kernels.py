@@ -156,6 +156,32 @@ def test_compiled_dro_term_equals_dro_loss(temperature, training) -> None:
         assert torch.equal(loss.prototypes, stored) and torch.equal(loss.seen, marked)
 
 
+def _step_outputs(loss, labels, z, logits, step: int) -> tuple[str, list[torch.Tensor]]:
+    """One training step's loss node type and its bits: value, the logits' and embeddings'
+    gradients, the loss's own parameters' gradients (then cleared) and its state."""
+    value = loss(full_batch(labels=labels, logits=logits, embeddings=z, epoch=1, step=step))
+    value.backward()
+    out = [
+        value.detach(),
+        logits.grad,
+        z.grad,
+        *(p.grad.clone() for p in loss.parameters() if p.grad is not None),
+        *(t.clone() for t in loss.state_dict().values()),
+    ]
+    loss.zero_grad(set_to_none=True)
+    return type(value.grad_fn).__name__, out
+
+
+def _one_node_equals_composition(run, module, node: str, monkeypatch) -> None:
+    """``run()`` with the one-node path, then with it switched off in ``module``: the node is
+    taken only the first time, and every bit agrees."""
+    fused_kind, fused = run()
+    monkeypatch.setattr(module, "compiled_path", lambda logits: False)
+    composed_kind, composed = run()
+    assert node in fused_kind and node not in composed_kind
+    assert all(torch.equal(a, b) for a, b in zip(fused, composed, strict=True))
+
+
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("ce_weighting", ["none", "head-up"])
 def test_one_node_dro_lt_equals_the_composition_it_replaces(
@@ -178,24 +204,11 @@ def test_one_node_dro_lt_equals_the_composition_it_replaces(
             labels = torch.multinomial(counts, 120, replacement=True, generator=gen)
             z = torch.randn(120, 16, generator=gen).requires_grad_()
             logits = torch.randn(120, 50, generator=gen).requires_grad_()
-            value = loss(full_batch(labels=labels, logits=logits, embeddings=z, epoch=1, step=step))
-            value.backward()
-            kind = type(value.grad_fn).__name__
-            out += [
-                value.detach(),
-                logits.grad,
-                z.grad,
-                loss.epsilon.grad.clone(),
-                *(t.clone() for t in loss.state_dict().values()),
-            ]
-            loss.epsilon.grad = None
+            kind, bits = _step_outputs(loss, labels, z, logits, step)
+            out += bits
         return kind, out
 
-    fused_kind, fused = run()
-    monkeypatch.setattr(dro_lt, "compiled_path", lambda logits: False)
-    composed_kind, composed = run()
-    assert "CompiledDROLT" in fused_kind and "CompiledDROLT" not in composed_kind
-    assert all(torch.equal(a, b) for a, b in zip(fused, composed, strict=True))
+    _one_node_equals_composition(run, dro_lt, "CompiledDROLT", monkeypatch)
 
 
 @pytest.mark.parametrize("positives", ["batch", "memory"])
@@ -216,22 +229,11 @@ def test_one_node_elm_equals_the_composition_it_replaces(positives, monkeypatch)
             labels = zipf_labels(150, 60, step)
             z = torch.randn(150, 16, generator=gen).relu().requires_grad_()
             logits = torch.randn(150, 60, generator=gen).requires_grad_()
-            value = loss(full_batch(labels=labels, logits=logits, embeddings=z, epoch=1, step=step))
-            value.backward()
-            kind = type(value.grad_fn).__name__
-            out += [
-                value.detach(),
-                logits.grad,
-                z.grad,
-                *(t.clone() for t in loss.state_dict().values()),
-            ]
+            kind, bits = _step_outputs(loss, labels, z, logits, step)
+            out += bits
         return kind, out
 
-    fused_kind, fused = run()
-    monkeypatch.setattr(elm, "compiled_path", lambda logits: False)
-    composed_kind, composed = run()
-    assert "CompiledELM" in fused_kind and "CompiledELM" not in composed_kind
-    assert all(torch.equal(a, b) for a, b in zip(fused, composed, strict=True))
+    _one_node_equals_composition(run, elm, "CompiledELM", monkeypatch)
 
 
 def _steps(spec: dict, threads: int) -> list[torch.Tensor]:

@@ -18,10 +18,11 @@ from tailkit.plugins.losses.elm import (
 from tailkit.plugins.losses.fused_softmax import (
     batch_cross_entropy,
     check_label_range,
+    compiled_ce_gradient,
+    compiled_ce_rows,
     compiled_path,
     replicated_embeddings,
 )
-from tailkit.plugins.losses.softmax_kernels import cross_entropy_backward, cross_entropy_forward
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -283,16 +284,7 @@ class _CompiledDROLT(torch.autograd.Function):
         value, ctx.state = _dro_value(prototypes, temperature)
         rows, width = logits.shape
         offsets, shift = logits.new_zeros(width), logits.new_zeros(rows)
-        lse = torch.empty(rows, dtype=torch.float64)
-        per_example = torch.empty(rows, dtype=torch.float32)
-        cross_entropy_forward(
-            logits.numpy(),
-            offsets.numpy(),
-            labels.numpy(),
-            shift.numpy(),
-            lse.numpy(),
-            per_example.numpy(),
-        )
+        per_example, lse = compiled_ce_rows(logits, labels, offsets, shift)
         if row_weights is None:
             ce = per_example.mean()
         else:  # PyTorch's weighted mean, as F.cross_entropy's
@@ -312,16 +304,7 @@ class _CompiledDROLT(torch.autograd.Function):
             per_row = grad / row_weights.sum() * row_weights
         # the DRO term first, while its (K, B) tables may still be in cache
         grad_z, grad_epsilon = _dro_gradients(z, labels, epsilon, ctx.state, float(ctx.lam * grad))
-        grad_logits = torch.empty_like(logits)
-        cross_entropy_backward(
-            logits.numpy(),
-            offsets.numpy(),
-            labels.numpy(),
-            shift.numpy(),
-            lse.numpy(),
-            per_row.to(torch.float32).contiguous().numpy(),
-            grad_logits.numpy(),
-        )
+        grad_logits = compiled_ce_gradient(logits, labels, offsets, shift, lse, per_row)
         return (
             grad_logits,
             grad_z,
@@ -499,8 +482,8 @@ class DROLT(Loss):
 
     def _compiled_dro(self, z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The DRO term alone from the compiled kernels (float32 embeddings beside logits that
-        the one-node path does not take: a label shard's, float64 or not contiguous-able), and
-        in training the prototype update."""
+        the one-node path does not take: a label shard's, or float64), and in training the
+        prototype update."""
         labels = labels.contiguous()
         dro: torch.Tensor = _CompiledBatchPrototypeDRO.apply(
             z, self.epsilon, labels, self._batch_prototypes(z, labels), self.temperature

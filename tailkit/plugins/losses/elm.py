@@ -15,6 +15,8 @@ from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.fused_softmax import (
     batch_cross_entropy,
     check_label_range,
+    compiled_ce_gradient,
+    compiled_ce_rows,
     compiled_path,
     replicated_embeddings,
 )
@@ -26,7 +28,6 @@ from tailkit.plugins.losses.pull_kernels import (
     pull_backward,
     pull_forward,
 )
-from tailkit.plugins.losses.softmax_kernels import cross_entropy_backward, cross_entropy_forward
 from tailkit.validation import Constraint, Interval, Options
 
 
@@ -168,6 +169,48 @@ class _BatchPull(torch.autograd.Function):
         return grad_z, None, None
 
 
+def _batch_pull_forward(
+    a: torch.Tensor, runs: tuple[Any, ...], alpha: torch.Tensor
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Ω (B,) float64 of the contiguous float32 embeddings ``a`` and the pair weights the
+    backward reads, from :func:`~tailkit.plugins.losses.pull_kernels.pull_forward`."""
+    order, run_start, run_size, block_start, total = runs
+    weights = np.empty(int(total), dtype=np.float64)
+    omega = torch.empty(a.shape[0], dtype=torch.float64)
+    pull_forward(
+        a.numpy(),
+        order,
+        run_start,
+        run_size,
+        block_start,
+        alpha.to(torch.float64).contiguous().numpy(),
+        weights,
+        omega.numpy(),
+        numba.get_num_threads(),
+    )
+    return omega, weights
+
+
+def _batch_pull_backward(
+    a: torch.Tensor, runs: tuple[Any, ...], weights: np.ndarray, grad: torch.Tensor
+) -> torch.Tensor:
+    """∂(Σ_i grad_i Ω_i)/∂a (B, d) float32 for per-row gradients ``grad`` (B,)."""
+    order, run_start, run_size, block_start, _ = runs
+    out = torch.empty_like(a)
+    pull_backward(
+        a.numpy(),
+        order,
+        run_start,
+        run_size,
+        block_start,
+        weights,
+        grad.to(torch.float64).contiguous().numpy(),
+        out.numpy(),
+        numba.get_num_threads(),
+    )
+    return out
+
+
 class _CompiledBatchPull(torch.autograd.Function):
     """:class:`_BatchPull`'s value and gradient for float32 embeddings on the CPU, from the
     compiled kernels of :mod:`~tailkit.plugins.losses.pull_kernels`: the pairs are visited run
@@ -177,24 +220,9 @@ class _CompiledBatchPull(torch.autograd.Function):
     def forward(
         ctx: Any, z: torch.Tensor, runs: tuple[np.ndarray, ...], alpha: torch.Tensor
     ) -> torch.Tensor:
-        order, run_start, run_size, block_start, total = runs
         a = z.contiguous()  # differences need no centre (pull_kernels)
-        weights = np.empty(int(total), dtype=np.float64)
-        omega = torch.empty(z.shape[0], dtype=torch.float64)
-        alpha64 = alpha.to(torch.float64).contiguous().numpy()
-        pull_forward(
-            a.numpy(),
-            order,
-            run_start,
-            run_size,
-            block_start,
-            alpha64,
-            weights,
-            omega.numpy(),
-            numba.get_num_threads(),
-        )
+        omega, ctx.weights = _batch_pull_forward(a, runs, alpha)
         ctx.runs = runs
-        ctx.weights = weights
         ctx.save_for_backward(a)
         return omega.to(z.dtype)
 
@@ -202,21 +230,7 @@ class _CompiledBatchPull(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         (a,) = ctx.saved_tensors
-        order, run_start, run_size, block_start, _ = ctx.runs
-        out = torch.empty_like(a)
-        g = grad.to(torch.float64).contiguous().numpy()
-        pull_backward(
-            a.numpy(),
-            order,
-            run_start,
-            run_size,
-            block_start,
-            ctx.weights,
-            g,
-            out.numpy(),
-            numba.get_num_threads(),
-        )
-        return out, None, None
+        return _batch_pull_backward(a, ctx.runs, ctx.weights, grad), None, None
 
 
 def compiled_pull_runs(z: torch.Tensor, labels: torch.Tensor) -> tuple[Any, ...] | None:
@@ -267,43 +281,15 @@ class _CompiledELM(torch.autograd.Function):
         lam: float,
     ) -> torch.Tensor:
         a = z.contiguous()
-        omega = torch.empty(z.shape[0], dtype=torch.float64)
-        alpha64 = alpha.to(torch.float64).contiguous().numpy()
         if positives[0] == "batch":
-            order, run_start, run_size, block_start, total = positives[1]
-            weights = np.empty(int(total), dtype=np.float64)
-            ctx.threads = numba.get_num_threads()
-            pull_forward(
-                a.numpy(),
-                order,
-                run_start,
-                run_size,
-                block_start,
-                alpha64,
-                weights,
-                omega.numpy(),
-                ctx.threads,
-            )
+            omega, weights = _batch_pull_forward(a, positives[1], alpha)
             ctx.pull = (positives[1], weights)
         else:
-            jacobian = torch.empty_like(a)
-            memory, filled = positives[1:]
-            memory_pull(
-                a.numpy(), labels.numpy(), memory, filled, alpha64, omega.numpy(), jacobian.numpy()
-            )
-            ctx.pull = jacobian
+            _, memory, filled = positives
+            omega, ctx.pull = _memory_pull_forward(a, labels, memory, filled, alpha)
         rows = logits.shape[0]
         shift = logits.new_zeros(rows)
-        lse = torch.empty(rows, dtype=torch.float64)
-        per_example = torch.empty(rows, dtype=torch.float32)
-        cross_entropy_forward(
-            logits.numpy(),
-            offsets.numpy(),
-            labels.numpy(),
-            shift.numpy(),
-            lse.numpy(),
-            per_example.numpy(),
-        )
+        per_example, lse = compiled_ce_rows(logits, labels, offsets, shift)
         ctx.lam = lam
         ctx.save_for_backward(logits, a, labels, offsets, shift, lse)
         return per_example.mean() + lam * omega.to(z.dtype).mean()
@@ -317,28 +303,10 @@ class _CompiledELM(torch.autograd.Function):
         if isinstance(ctx.pull, torch.Tensor):  # the memory's Jacobian rows
             grad_z = ctx.pull * pull_grad.unsqueeze(1)
         else:
-            (order, run_start, run_size, block_start, _), weights = ctx.pull
-            grad_z = torch.empty_like(a)
-            pull_backward(
-                a.numpy(),
-                order,
-                run_start,
-                run_size,
-                block_start,
-                weights,
-                pull_grad.to(torch.float64).contiguous().numpy(),
-                grad_z.numpy(),
-                ctx.threads,
-            )
-        grad_logits = torch.empty_like(logits)
-        cross_entropy_backward(
-            logits.numpy(),
-            offsets.numpy(),
-            labels.numpy(),
-            shift.numpy(),
-            lse.numpy(),
-            (grad.expand(rows) / rows).contiguous().numpy(),
-            grad_logits.numpy(),
+            runs, weights = ctx.pull
+            grad_z = _batch_pull_backward(a, runs, weights, pull_grad)
+        grad_logits = compiled_ce_gradient(
+            logits, labels, offsets, shift, lse, grad.expand(rows) / rows
         )
         return grad_logits, grad_z, None, None, None, None, None
 
@@ -387,6 +355,29 @@ class _MemoryPull(torch.autograd.Function):
         return jacobian * grad.unsqueeze(1), None, None, None
 
 
+def _memory_pull_forward(
+    a: torch.Tensor,
+    labels: torch.Tensor,
+    memory: np.ndarray,
+    filled: np.ndarray,
+    alpha: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ω (B,) float64 against the memory and each row's Jacobian (B, d), from
+    :func:`~tailkit.plugins.losses.pull_kernels.memory_pull` on contiguous float32 ``a``."""
+    omega = torch.empty(a.shape[0], dtype=torch.float64)
+    jacobian = torch.empty_like(a)
+    memory_pull(
+        a.numpy(),
+        labels.numpy(),
+        memory,
+        filled,
+        alpha.to(torch.float64).contiguous().numpy(),
+        omega.numpy(),
+        jacobian.numpy(),
+    )
+    return omega, jacobian
+
+
 class _CompiledMemoryPull(torch.autograd.Function):
     """:class:`_MemoryPull`'s value and gradient for float32 embeddings and memory on the CPU,
     from :func:`~tailkit.plugins.losses.pull_kernels.memory_pull`: each row reads its class's
@@ -402,16 +393,8 @@ class _CompiledMemoryPull(torch.autograd.Function):
         filled: torch.Tensor,
         alpha: torch.Tensor,
     ) -> torch.Tensor:
-        omega = torch.empty(z.shape[0], dtype=torch.float64)
-        jacobian = torch.empty_like(z)
-        memory_pull(
-            z.contiguous().numpy(),
-            labels.numpy(),
-            memory.numpy(),
-            filled.numpy(),
-            alpha.to(torch.float64).contiguous().numpy(),
-            omega.numpy(),
-            jacobian.numpy(),
+        omega, jacobian = _memory_pull_forward(
+            z.contiguous(), labels, memory.numpy(), filled.numpy(), alpha
         )
         ctx.save_for_backward(jacobian)
         return omega.to(z.dtype)

@@ -96,6 +96,43 @@ class _AdjustedCrossEntropy(torch.autograd.Function):
         return grad_logits, None, None, None
 
 
+def compiled_ce_rows(
+    logits: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, shift: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The compiled CE forward on float32 CPU tensors: per-row loss (B,) float32 and log-sum-exp
+    (B,) float64, with ``offsets`` (C,) on every row and ``shift`` (B,) on each label entry."""
+    rows = logits.shape[0]
+    lse = torch.empty(rows, dtype=torch.float64)
+    loss = torch.empty(rows, dtype=torch.float32)
+    cross_entropy_forward(
+        logits.numpy(), offsets.numpy(), labels.numpy(), shift.numpy(), lse.numpy(), loss.numpy()
+    )
+    return loss, lse
+
+
+def compiled_ce_gradient(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    offsets: torch.Tensor,
+    shift: torch.Tensor,
+    lse: torch.Tensor,
+    grad_rows: torch.Tensor,
+) -> torch.Tensor:
+    """The compiled CE backward: the logits' gradient for per-row incoming gradients (B,), from
+    :func:`compiled_ce_rows`' log-sum-exps, in one fresh (B, C) tensor."""
+    grad_logits = torch.empty_like(logits)
+    cross_entropy_backward(
+        logits.numpy(),
+        offsets.numpy(),
+        labels.numpy(),
+        shift.numpy(),
+        lse.numpy(),
+        grad_rows.to(torch.float32).contiguous().numpy(),
+        grad_logits.numpy(),
+    )
+    return grad_logits
+
+
 class _CompiledCrossEntropy(torch.autograd.Function):
     """The same loss and gradient as :class:`_AdjustedCrossEntropy` for float32 logits on the
     CPU, from the compiled kernels of :mod:`~tailkit.plugins.losses.softmax_kernels`: keeps the
@@ -110,17 +147,7 @@ class _CompiledCrossEntropy(torch.autograd.Function):
         offsets: torch.Tensor,
         target_shift: torch.Tensor,
     ) -> torch.Tensor:
-        rows = logits.shape[0]
-        lse = torch.empty(rows, dtype=torch.float64)
-        loss = torch.empty(rows, dtype=torch.float32)
-        cross_entropy_forward(
-            logits.numpy(),
-            offsets.numpy(),
-            labels.numpy(),
-            target_shift.numpy(),
-            lse.numpy(),
-            loss.numpy(),
-        )
+        loss, lse = compiled_ce_rows(logits, labels, offsets, target_shift)
         ctx.save_for_backward(logits, labels, offsets, target_shift, lse)
         return loss
 
@@ -128,17 +155,12 @@ class _CompiledCrossEntropy(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         logits, labels, offsets, target_shift, lse = ctx.saved_tensors
-        grad_logits = torch.empty_like(logits)
-        cross_entropy_backward(
-            logits.numpy(),
-            offsets.numpy(),
-            labels.numpy(),
-            target_shift.numpy(),
-            lse.numpy(),
-            grad.to(torch.float32).contiguous().numpy(),
-            grad_logits.numpy(),
+        return (
+            compiled_ce_gradient(logits, labels, offsets, target_shift, lse, grad),
+            None,
+            None,
+            None,
         )
-        return grad_logits, None, None, None
 
 
 def compiled_path(logits: torch.Tensor) -> bool:
