@@ -1,0 +1,56 @@
+"""512-bit vectors on request: the marked function gets the attribute, wide code where the CPU
+has AVX-512, and the values of its unmarked twin bit for bit."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+
+from tailkit.fastmath import EXACT_ENOUGH, softplus_neg_f32
+from tailkit.vector_width import PREFER_512, prefer_512_bit_vectors
+
+
+@numba.njit(inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)
+def _log_sigmoid(x, w, out):
+    for j in range(x.shape[0]):
+        z = x[j] * w[j] + w[j]
+        out[j] = min(z, np.float32(0.0)) - softplus_neg_f32(abs(z))
+
+
+def _body(x, w, out):
+    _log_sigmoid(x, w, out)
+
+
+def _wide_body(x, w, out):
+    prefer_512_bit_vectors()
+    _log_sigmoid(x, w, out)
+
+
+def _compiled(fn):
+    # not cached: inspection needs the compiled module, and the test its own copy
+    return numba.njit(error_model="numpy", fastmath=EXACT_ENOUGH)(fn)
+
+
+def _wide_ok() -> bool:
+    return "+avx512f" in llvm.get_host_cpu_features().flatten()
+
+
+def test_marked_function_is_wide_and_computes_the_same_bits() -> None:
+    narrow, wide = _compiled(_body), _compiled(_wide_body)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(4099) * 30).astype(np.float32)
+    w = rng.standard_normal(4099).astype(np.float32)
+    got, want = np.empty_like(x), np.empty_like(x)
+    wide(x, w, got)
+    narrow(x, w, want)
+    np.testing.assert_array_equal(got, want)
+    (ir,) = wide.inspect_llvm().values()
+    assert PREFER_512 in ir
+    (plain_ir,) = narrow.inspect_llvm().values()
+    assert PREFER_512 not in plain_ir
+    if not _wide_ok():
+        pytest.skip("no AVX-512 on this CPU: the attribute is there, the code stays 256-bit")
+    (asm,) = wide.inspect_asm().values()
+    assert "zmm" in asm
