@@ -19,7 +19,14 @@ from tailkit.evaluation.metrics import (
 )
 from tailkit.evaluation.per_class import group_of
 from tailkit.evaluation.plots import margin_cdf_figure, read_cdf
-from tailkit.evaluation.predict import GPU_CHUNK_SCORES, device_label_chunk, predict
+from tailkit.evaluation.predict import (
+    CPU_LABEL_CHUNK,
+    CPU_TILE_SCORES,
+    GPU_CHUNK_SCORES,
+    device_label_chunk,
+    predict,
+    tile_bounds,
+)
 from tailkit.evaluation.results import write_margin_cdfs
 from tailkit.evaluation.topk import chunk_topk, chunked_topk, merge_topk
 from tailkit.groups import GroupThresholds
@@ -64,9 +71,18 @@ def test_chunked_predict_equals_dense(chunk):
     assert none is None
 
 
-def test_a_gpu_widens_the_label_chunk_to_its_score_budget_and_a_cpu_does_not():
+def test_a_gpu_widens_the_label_chunk_to_its_score_budget_and_a_cpu_tiles_for_cache():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert device_label_chunk(16_384, 2048, cpu) == 16_384
+    assert device_label_chunk(16_384, 2048, cpu) == CPU_LABEL_CHUNK == 4096
+    assert device_label_chunk(1000, 2048, cpu) == 1000  # a narrower chunk stands
+    assert tile_bounds(2048, 4096, cpu) == list(range(0, 2049, CPU_TILE_SCORES // 4096))
+    assert tile_bounds(100, 4096, cpu) == [0, 100]  # never more rows than the block
+    # near-equal tiles: no one-row tile (a matrix-vector product rounds otherwise)
+    assert tile_bounds(513, 4096, cpu) == [0, 171, 342, 513]
+    assert tile_bounds(40, 10**7, cpu) == [0, 13, 26, 40]  # a wide chunk: 16 rows at most, equal
+    assert tile_bounds(1, 4096, cpu) == [0, 1]
+    assert tile_bounds(0, 4096, cpu) == [0, 0]
+    assert tile_bounds(2048, 16_384, gpu) == [0, 2048]  # a GPU scores the block at once
     assert device_label_chunk(16_384, 2048, gpu) == GPU_CHUNK_SCORES // 2048 == 131_072
     assert device_label_chunk(10**7, 2048, gpu) == 10**7  # never narrower than asked
     assert device_label_chunk(16_384, 0, gpu) == GPU_CHUNK_SCORES  # an empty split

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tailkit.components import Loss, PredictionContext
+from tailkit.evaluation import predict as predict_module
 from tailkit.evaluation.predict import predict
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.models.linear import Linear
@@ -85,9 +86,11 @@ def test_corrected_topk_equals_the_dense_computation(num_classes, label_chunk, b
     )
 
 
-def test_each_block_reads_the_exact_table_of_its_rows() -> None:
+def test_each_block_reads_the_exact_table_of_its_rows(monkeypatch) -> None:
     """Bit for bit: the correction a chunk adds is the whole table's columns for its rows.
-    70,001 labels: 32 bottom subtrees of 4,096 leaves, so chunks span several of them."""
+    70,001 labels: 32 bottom subtrees of 4,096 leaves, so chunks span several of them (the
+    CPU's chunk cap raised to let them)."""
+    monkeypatch.setattr(predict_module, "CPU_LABEL_CHUNK", 5000)
     num_classes, rows = 70_001, 29
     sampler, encoder, layer, x, labels = _setup(num_classes, rows, seed=3)
     table = sampler.log_prob_all(x)
@@ -183,3 +186,30 @@ def test_kernel_layout_places_every_node_where_the_kernels_read_it() -> None:
     assert slot.tolist() == [_reversed_bits(int(leaf) % (1 << sub), sub) for leaf in leaves]
     per_subtree = [int(((leaves >> sub) == r).sum()) for r in range(1 << top)]
     assert first_out.tolist() == [0, *np.cumsum(per_subtree).tolist()]
+
+
+@pytest.mark.parametrize("corrected", [True, False])
+def test_tiles_of_a_block_predict_what_the_whole_block_does(monkeypatch, corrected) -> None:
+    """Bit for bit: scoring a block's rows tile by tile (the CPU's cache-sized tiles, here
+    13-14 rows of 40-row blocks) gives every row the predictions of the block scored whole."""
+    num_classes, rows = 5_000, 50
+    sampler, encoder, layer, x, labels = _setup(num_classes, rows, seed=5)
+    loss = NegativeSampling() if corrected else Loss()
+    ctx = PredictionContext(
+        log_prior=torch.zeros(num_classes), sampler=sampler if corrected else None
+    )
+
+    def run(tile_floats: int):
+        monkeypatch.setattr(predict_module, "CPU_TILE_SCORES", tile_floats)
+        return predict(encoder, layer, loss, ctx, x, labels, k=5, batch_size=40, label_chunk=1500)
+
+    sampler.leaf_columns = 0
+    tiled = run(1)  # the floor's 16 rows: tiles of 13, 13 and 14 rows, then 10
+    assert sampler.full_tree_rows == (rows if corrected else 0)  # still one pass per row
+    whole = run(1 << 30)
+    for got, want in zip(tiled, whole, strict=True):
+        if want is None:
+            assert got is None
+            continue
+        for name in ("topk", "top_scores", "true_score", "log_partition"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), name

@@ -1,7 +1,9 @@
 """Chunked prediction: top-k, the true label's score and the log-partition, never an N × C matrix.
 
-Rows are scored in query blocks and labels in chunks; per block a running top-k and a running
-log-sum-exp are merged chunk by chunk, so memory is O(block × (chunk + k)) whatever C is. The
+Rows are encoded in query blocks, then scored in tiles of a block's rows against chunks of the
+labels (on the CPU a tile of scores stays in cache: :func:`device_label_chunk`); per tile a
+running top-k and a running log-sum-exp are merged chunk by chunk, so memory is
+O(block × (chunk + k)) whatever C is. The
 loss's prediction-time adjustment (Bamler–Mandt's + log p_n(y|x), post-hoc logit adjustment)
 is applied to each chunk; when the loss has one, the unadjusted scores are reported too.
 
@@ -33,14 +35,29 @@ TABLE_BUDGET = 1 << 26
 #: Floats of a block's chunk of scores on a GPU (rows × chunk): 1 GiB in float32.
 GPU_CHUNK_SCORES = 1 << 28
 
+#: The widest label chunk on the CPU, and the floats of a tile of scores there (rows × chunk:
+#: 4 MiB, the two cores' L2 caches), see :func:`device_label_chunk` and :func:`tile_bounds`.
+CPU_LABEL_CHUNK = 4096
+CPU_TILE_SCORES = 1 << 20
+#: A CPU tile may always hold this many rows: fewer make the GEMM narrow for little gain.
+CPU_TILE_FLOOR = 16
+
 
 def device_label_chunk(label_chunk: int, rows: int, device: torch.device) -> int:
     """The label chunk prediction uses on ``device`` for blocks of ``rows`` rows.
 
-    On the CPU the given chunk (evaluate.label_chunk) stands: it keeps a block's scores in
-    cache. On a GPU each chunk costs some fifteen kernel launches (GEMM, top-k's sort and
-    merge, the log-sum-exp's max, exp and sum, the gathers), each of a few µs, and narrow
-    chunks leave it waiting on them: measured on an H200 at C = 10^6 with the tree's
+    On the CPU at most :data:`CPU_LABEL_CHUNK` (evaluate.label_chunk when narrower), with the
+    rows tiled to match (:func:`tile_bounds`): a tile's scores are written by the GEMM, read
+    by the top-k and log-sum-exp merge and, with the tree's correction, read and written
+    again, and a tile that outgrows the L2 caches makes each of those passes a trip to
+    memory. Measured on the 2-core Xeon at C = 10^6, d = 32 (ms a row, scoring with top-5):
+    2,048-row blocks × 16,384-label chunks 0.96, 256 × 16,384 1.13, 64 × 16,384 0.94,
+    256 × 4,096 0.75-0.79, 512 × 2,048 0.75, 1,024 × 1,024 0.80; with the correction 2.16
+    → 2.02. At C = 3,875 the tile made no difference.
+
+    On a GPU each chunk costs some fifteen kernel launches (GEMM, top-k's sort and merge, the
+    log-sum-exp's max, exp and sum, the gathers), each of a few µs, and narrow chunks leave
+    it waiting on them: measured on an H200 at C = 10^6 with the tree's
     correction, 16,384-label chunks took 0.97 ms a row, 131,072 0.27 and 1,048,576 0.17
     (scoring alone 0.057 / 0.040 / 0.037). So there the chunk widens until a block's scores
     fill :data:`GPU_CHUNK_SCORES`; the loss's adjustment, the top-k and the log-sum-exp make
@@ -48,8 +65,26 @@ def device_label_chunk(label_chunk: int, rows: int, device: torch.device) -> int
     ``evaluate.batch_size`` on a small GPU: the chunk follows the rows).
     """
     if device.type != "cuda":
-        return label_chunk
+        return min(label_chunk, CPU_LABEL_CHUNK)
     return max(label_chunk, GPU_CHUNK_SCORES // max(1, rows))
+
+
+def tile_bounds(rows: int, widest_chunk: int, device: torch.device) -> list[int]:
+    """Bounds of the tiles a block of ``rows`` rows is scored in, against label chunks at most
+    ``widest_chunk`` wide: on a GPU the block whole; on the CPU as few tiles as hold at most
+    :data:`CPU_TILE_SCORES` floats of scores each (or :data:`CPU_TILE_FLOOR` rows, if more),
+    of near-equal size (they differ by at most one row).
+
+    A block's rows are encoded together and then scored tile by tile, so the encoder sees the
+    blocks it always saw. A row's correction, top-k and log-partition do not depend on the rows
+    beside it, and neither does the GEMM's rounding of its scores for two rows or more; a
+    one-row product takes another kernel (a matrix-vector product) and rounds otherwise, which
+    the equal split avoids wherever the block has two rows."""
+    if device.type == "cuda" or rows <= 1:
+        return [0, rows]
+    most = max(CPU_TILE_FLOOR, CPU_TILE_SCORES // max(1, widest_chunk))
+    tiles = -(-rows // most)
+    return [i * rows // tiles for i in range(tiles + 1)]
 
 
 @dataclass
@@ -136,6 +171,50 @@ def _columns(
     return torch.arange(start, stop, device=device)
 
 
+def _score_rows(
+    layer: OutputLayer,
+    loss: Loss,
+    ctx: PredictionContext,
+    xb: torch.Tensor,
+    z: torch.Tensor,
+    yb: torch.Tensor | None,
+    bounds: list[int],
+    order: torch.Tensor | None,
+    first: int,
+    per_row: bool,
+    totals: tuple[_Accumulator, _Accumulator | None],
+    into: slice,
+) -> None:
+    """Score the embeddings ``z`` of rows ``xb`` (true columns ``yb``) chunk by chunk and write
+    their adjusted and raw predictions into rows ``into`` of ``totals``."""
+    device, dtype = z.device, layer.weight.dtype
+    k = totals[0].top_ids.shape[1]
+    acc_adj = _Accumulator(xb.shape[0], k, device, dtype)
+    acc_raw = _Accumulator(xb.shape[0], k, device, dtype) if totals[1] is not None else None
+    with ctx.rows(xb, layer.num_classes) if per_row else nullcontext():
+        for start, stop in itertools.pairwise(bounds):
+            scores = layer.scores(z, start, stop)
+            # Top-k ids are label ids from the start, so equal scores rank by label id even
+            # when the columns come in the sampler's order.
+            ids = _columns(order, start, stop, device)
+            if first:  # a shard's columns under their global ids
+                ids = ids + first
+            if acc_raw is not None:
+                acc_raw.add(scores, start, ids, yb)
+            if loss.adjusts_scores:
+                chunk_ids = ctx.chunk_ids(start, stop, device)
+                if first:  # not otherwise: add_log_q knows the ids it handed out
+                    chunk_ids = chunk_ids + first
+                scores = loss.adjust_scores(scores, xb, chunk_ids, ctx)
+            acc_adj.add(scores, start, ids, yb)
+    for total, part in zip(totals, (acc_adj, acc_raw), strict=True):
+        if total is not None and part is not None:
+            total.top_ids[into] = part.top_ids
+            total.top_scores[into] = part.top_scores
+            total.lse[into] = part.lse
+            total.true_score[into] = part.true_score
+
+
 @torch.no_grad()
 def predict(
     encoder: Encoder,
@@ -191,6 +270,7 @@ def predict(
         order = order.to(device)
         layer = layer.reordered(order)
         position = inverse_order(order)
+    widest = max((b - a for a, b in itertools.pairwise(bounds)), default=1)
     encoder.eval()
     for lo in range(0, n, batch_size):
         xb = x[lo : lo + batch_size].to(device, non_blocking=True)
@@ -198,32 +278,21 @@ def predict(
         if yb is not None and position is not None:
             yb = position[yb]
         z = encoder(xb)
-        block = slice(lo, lo + xb.shape[0])
-        acc_adj = _Accumulator(xb.shape[0], k, device, layer.weight.dtype)
-        acc_raw = (
-            _Accumulator(xb.shape[0], k, device, layer.weight.dtype) if raw is not None else None
-        )
-        with ctx.rows(xb, num_classes) if per_row else nullcontext():
-            for start, stop in itertools.pairwise(bounds):
-                scores = layer.scores(z, start, stop)
-                # Top-k ids are label ids from the start, so equal scores rank by label id
-                # even when the columns come in the sampler's order.
-                ids = _columns(order, start, stop, device)
-                if first:  # a shard's columns under their global ids
-                    ids = ids + first
-                if acc_raw is not None:
-                    acc_raw.add(scores, start, ids, yb)
-                if loss.adjusts_scores:
-                    chunk_ids = ctx.chunk_ids(start, stop, device)
-                    if first:  # not otherwise: add_log_q knows the ids it handed out
-                        chunk_ids = chunk_ids + first
-                    scores = loss.adjust_scores(scores, xb, chunk_ids, ctx)
-                acc_adj.add(scores, start, ids, yb)
-        for total, part in ((adjusted, acc_adj), (raw, acc_raw)):
-            if total is not None and part is not None:
-                total.top_ids[block] = part.top_ids
-                total.top_scores[block] = part.top_scores
-                total.lse[block] = part.lse
-                total.true_score[block] = part.true_score
+        for t, end in itertools.pairwise(tile_bounds(xb.shape[0], widest, device)):
+            rows = slice(t, end)
+            _score_rows(
+                layer,
+                loss,
+                ctx,
+                xb[rows],
+                z[rows],
+                None if yb is None else yb[rows],
+                bounds,
+                order,
+                first,
+                per_row,
+                (adjusted, raw),
+                slice(lo + t, lo + end),
+            )
     encoder.train()
     return adjusted.result(), raw.result() if raw is not None else None
