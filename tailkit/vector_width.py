@@ -12,7 +12,9 @@ Only for kernels whose values do not depend on the vector width: with no re-asso
 allowed (``fastmath`` limited to ``contract``, tailkit.fastmath.EXACT_ENOUGH), every lane
 performs the same operations in the same order at any width, so the choice moves time, never
 bits. A kernel that lets LLVM re-associate a sum would sum in another order and must not call
-it. On a CPU without AVX-512 the attribute asks for registers the target does not have and
+it, and neither may a kernel into which such a helper is inlined (numba's ``inline="always"``
+or LLVM's own inlining): the inlined code is vectorised at the caller's width. On a CPU
+without AVX-512 the attribute asks for registers the target does not have and
 LLVM keeps its widest, so the same code compiles everywhere.
 """
 
