@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -71,11 +72,15 @@ def test_chunked_predict_equals_dense(chunk):
     assert none is None
 
 
-def test_a_gpu_widens_the_label_chunk_to_its_score_budget_and_a_cpu_tiles_for_cache():
+def test_a_gpu_widens_the_label_chunk_to_its_score_budget_and_a_cpu_tiles_for_cache(
+    monkeypatch,
+):
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert device_label_chunk(16_384, 2048, cpu) == CPU_LABEL_CHUNK == 4096
     assert device_label_chunk(1000, 2048, cpu) == 1000  # a narrower chunk stands
-    assert tile_bounds(2048, 4096, cpu) == list(range(0, 2049, CPU_TILE_SCORES // 4096))
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+    rows = 2 * CPU_TILE_SCORES // 4096  # 256: a tile's scores fill two threads' share
+    assert tile_bounds(2048, 4096, cpu) == list(range(0, 2049, rows))
     assert tile_bounds(100, 4096, cpu) == [0, 100]  # never more rows than the block
     # near-equal tiles: no one-row tile (a matrix-vector product rounds otherwise)
     assert tile_bounds(513, 4096, cpu) == [0, 171, 342, 513]
@@ -83,6 +88,9 @@ def test_a_gpu_widens_the_label_chunk_to_its_score_budget_and_a_cpu_tiles_for_ca
     assert tile_bounds(1, 4096, cpu) == [0, 1]
     assert tile_bounds(0, 4096, cpu) == [0, 0]
     assert tile_bounds(2048, 16_384, gpu) == [0, 2048]  # a GPU scores the block at once
+    # more threads, taller tiles: 16 threads' share is 2,048 rows of 4,096 labels
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 16)
+    assert tile_bounds(4096, 4096, cpu) == [0, 2048, 4096]
     assert device_label_chunk(16_384, 2048, gpu) == GPU_CHUNK_SCORES // 2048 == 131_072
     assert device_label_chunk(10**7, 2048, gpu) == 10**7  # never narrower than asked
     assert device_label_chunk(16_384, 0, gpu) == GPU_CHUNK_SCORES  # an empty split

@@ -39,7 +39,10 @@ def _setup(num_classes: int, rows: int, dim: int = 6, seed: int = 0):
     ("num_classes", "label_chunk", "batch_size", "budget"),
     [(2, 1, 3, 4), (3, 2, 5, 7), (1000, 77, 13, 5000), (70_001, 9_999, 11, 300_000)],
 )
-def test_corrected_topk_equals_the_dense_computation(num_classes, label_chunk, batch_size, budget):
+def test_corrected_topk_equals_the_dense_computation(
+    monkeypatch, num_classes, label_chunk, batch_size, budget
+):
+    monkeypatch.setattr(predict_module, "CPU_LABEL_CHUNK", 1 << 30)  # the chunks as asked
     rows = 23
     sampler, encoder, layer, x, labels = _setup(num_classes, rows)
     loss = NegativeSampling()
@@ -213,3 +216,32 @@ def test_tiles_of_a_block_predict_what_the_whole_block_does(monkeypatch, correct
             continue
         for name in ("topk", "top_scores", "true_score", "log_partition"):
             assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.parametrize("corrected", [True, False])
+def test_the_cpu_chunk_cap_moves_only_the_log_partition(monkeypatch, corrected) -> None:
+    """20,000 labels asked in chunks of 16,384: the CPU scores them in chunks of at most
+    4,096. Ranking, its scores and the true label's score are those of the wide chunks bit
+    for bit; the log-partition, whose chunks are rounded to float32 and then folded, within
+    a few float32 ulps."""
+    num_classes, rows = 20_000, 64
+    sampler, encoder, layer, x, labels = _setup(num_classes, rows, seed=7)
+    loss = NegativeSampling() if corrected else Loss()
+    ctx = PredictionContext(
+        log_prior=torch.zeros(num_classes), sampler=sampler if corrected else None
+    )
+
+    def run(cap: int):
+        monkeypatch.setattr(predict_module, "CPU_LABEL_CHUNK", cap)
+        return predict(encoder, layer, loss, ctx, x, labels, k=5, label_chunk=16_384)
+
+    capped, wide = run(4096), run(1 << 30)
+    for got, want in zip(capped, wide, strict=True):
+        if want is None:
+            assert got is None
+            continue
+        for name in ("topk", "top_scores", "true_score"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), name
+        # absolute as well as relative: a log-partition near 0 carries the rounding of the
+        # chunks' own log-sum-exps, values of order 1
+        torch.testing.assert_close(got.log_partition, want.log_partition, rtol=1e-6, atol=1e-6)

@@ -28,6 +28,15 @@ def _wide_body(x, w, out):
     _log_sigmoid(x, w, out)
 
 
+def _parallel_body(x, w, out):
+    # the documented use: the call inside a prange body, whose outlined function it marks
+    for block in numba.prange((x.shape[0] + 255) // 256):
+        prefer_512_bit_vectors()
+        lo = block * 256
+        hi = min(lo + 256, x.shape[0])
+        _log_sigmoid(x[lo:hi], w[lo:hi], out[lo:hi])
+
+
 def _compiled(fn):
     # not cached: inspection needs the compiled module, and the test its own copy
     return numba.njit(error_model="numpy", fastmath=EXACT_ENOUGH)(fn)
@@ -54,3 +63,22 @@ def test_marked_function_is_wide_and_computes_the_same_bits() -> None:
         pytest.skip("no AVX-512 on this CPU: the attribute is there, the code stays 256-bit")
     (asm,) = wide.inspect_asm().values()
     assert "zmm" in asm
+
+
+def test_a_marked_prange_body_is_wide_and_computes_the_same_bits() -> None:
+    wide = numba.njit(parallel=True, error_model="numpy", fastmath=EXACT_ENOUGH)(_parallel_body)
+    narrow = _compiled(_body)
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(5000) * 30).astype(np.float32)
+    w = rng.standard_normal(5000).astype(np.float32)
+    got, want = np.empty_like(x), np.empty_like(x)
+    wide(x, w, got)
+    narrow(x, w, want)
+    np.testing.assert_array_equal(got, want)
+    # the prange body is a function of its own (the parfor's gufunc), linked into the
+    # dispatcher's library: that is where the attribute must land
+    library = wide.overloads[wide.signatures[0]].library
+    assert PREFER_512 in library.get_llvm_str()
+    if not _wide_ok():
+        pytest.skip("no AVX-512 on this CPU")
+    assert "zmm" in library.get_asm_str()

@@ -1,11 +1,11 @@
 """Chunked prediction: top-k, the true label's score and the log-partition, never an N × C matrix.
 
 Rows are encoded in query blocks, then scored in tiles of a block's rows against chunks of the
-labels (on the CPU a tile of scores stays in cache: :func:`device_label_chunk`); per tile a
-running top-k and a running log-sum-exp are merged chunk by chunk, so memory is
-O(block × (chunk + k)) whatever C is. The
-loss's prediction-time adjustment (Bamler–Mandt's + log p_n(y|x), post-hoc logit adjustment)
-is applied to each chunk; when the loss has one, the unadjusted scores are reported too.
+labels (sized for the CPU's caches there: :func:`device_label_chunk`); per tile a running top-k
+and a running log-sum-exp are merged chunk by chunk, so memory is O(block × (chunk + k))
+whatever C is. The loss's prediction-time adjustment (Bamler–Mandt's + log p_n(y|x), post-hoc
+logit adjustment) is applied to each chunk; when the loss has one, the unadjusted scores are
+reported too.
 
 A conditional sampler's correction log p_n(y|x) (the adversarial tree's) is computed once per
 row for all labels, not once per chunk (:meth:`PredictionContext.rows`): labels are scored in
@@ -22,6 +22,7 @@ import itertools
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+import numba
 import torch
 
 from tailkit.components import Encoder, Loss, PredictionContext, inverse_order, label_chunks
@@ -35,11 +36,13 @@ TABLE_BUDGET = 1 << 26
 #: Floats of a block's chunk of scores on a GPU (rows × chunk): 1 GiB in float32.
 GPU_CHUNK_SCORES = 1 << 28
 
-#: The widest label chunk on the CPU, and the floats of a tile of scores there (rows × chunk:
-#: 4 MiB, the two cores' L2 caches), see :func:`device_label_chunk` and :func:`tile_bounds`.
+#: The widest label chunk on the CPU (:func:`device_label_chunk`).
 CPU_LABEL_CHUNK = 4096
-CPU_TILE_SCORES = 1 << 20
-#: A CPU tile may always hold this many rows: fewer make the GEMM narrow for little gain.
+#: Floats of a CPU tile of scores (rows × chunk) per compute thread: 2 MiB, a core's L2
+#: (:func:`tile_bounds`).
+CPU_TILE_SCORES = 1 << 19
+#: Rows a CPU tile may always hold, a guard for chunks wider than the tile (a sampler's
+#: bounds); from a capped chunk a tile holds far more.
 CPU_TILE_FLOOR = 16
 
 
@@ -47,13 +50,18 @@ def device_label_chunk(label_chunk: int, rows: int, device: torch.device) -> int
     """The label chunk prediction uses on ``device`` for blocks of ``rows`` rows.
 
     On the CPU at most :data:`CPU_LABEL_CHUNK` (evaluate.label_chunk when narrower), with the
-    rows tiled to match (:func:`tile_bounds`): a tile's scores are written by the GEMM, read
-    by the top-k and log-sum-exp merge and, with the tree's correction, read and written
-    again, and a tile that outgrows the L2 caches makes each of those passes a trip to
-    memory. Measured on the 2-core Xeon at C = 10^6, d = 32 (ms a row, scoring with top-5):
-    2,048-row blocks × 16,384-label chunks 0.96, 256 × 16,384 1.13, 64 × 16,384 0.94,
-    256 × 4,096 0.75-0.79, 512 × 2,048 0.75, 1,024 × 1,024 0.80; with the correction 2.16
-    → 2.02. At C = 3,875 the tile made no difference.
+    rows tiled to match (:func:`tile_bounds`). A row's chunk of scores is read several times:
+    by the merge's maximum, its Σ e^(s − max) and its top-k screen, and with the tree's
+    correction once more before them; 4,096 floats (16 KiB) stay in L1 through those passes,
+    16,384 do not. The tile bounds what the GEMM writes before the merge reads it. Measured on
+    the 2-core Xeon at C = 10^6, d = 32 (ms a row, scoring with top-5; rows × chunk):
+    2,048 × 16,384 0.96, 256 × 16,384 1.13, 64 × 16,384 0.94 (the width decides), 256 × 4,096
+    0.75-0.79, 512 × 4,096 0.75, 128 × 4,096 0.85, 512 × 2,048 0.75, 1,024 × 1,024 0.80; with
+    the correction 2.16 → 2.02. At C = 3,875 the shape made no difference.
+
+    The chunking moves the log-partition's float32 rounding (each chunk's log-sum-exp is
+    rounded, then folded in): where C > 4,096 and a wider chunk was asked for, it differs from
+    that chunk's by a few ulps. The top-k, its scores and the true label's score do not move.
 
     On a GPU each chunk costs some fifteen kernel launches (GEMM, top-k's sort and merge, the
     log-sum-exp's max, exp and sum, the gathers), each of a few µs, and narrow chunks leave
@@ -72,8 +80,11 @@ def device_label_chunk(label_chunk: int, rows: int, device: torch.device) -> int
 def tile_bounds(rows: int, widest_chunk: int, device: torch.device) -> list[int]:
     """Bounds of the tiles a block of ``rows`` rows is scored in, against label chunks at most
     ``widest_chunk`` wide: on a GPU the block whole; on the CPU as few tiles as hold at most
-    :data:`CPU_TILE_SCORES` floats of scores each (or :data:`CPU_TILE_FLOOR` rows, if more),
-    of near-equal size (they differ by at most one row).
+    :data:`CPU_TILE_SCORES` floats of scores per compute thread each (or
+    :data:`CPU_TILE_FLOOR` rows, if more), of near-equal size (they differ by at most one
+    row). Per thread, so that a machine with more cores gets taller tiles and its threads
+    work to share: the tree's correction splits a tile into 64-row tasks per subtree, and a
+    4,096-label chunk is one subtree.
 
     A block's rows are encoded together and then scored tile by tile, so the encoder sees the
     blocks it always saw. A row's correction, top-k and log-partition do not depend on the rows
@@ -82,7 +93,8 @@ def tile_bounds(rows: int, widest_chunk: int, device: torch.device) -> list[int]
     the equal split avoids wherever the block has two rows."""
     if device.type == "cuda" or rows <= 1:
         return [0, rows]
-    most = max(CPU_TILE_FLOOR, CPU_TILE_SCORES // max(1, widest_chunk))
+    floats = CPU_TILE_SCORES * max(1, numba.get_num_threads())
+    most = max(CPU_TILE_FLOOR, floats // max(1, widest_chunk))
     tiles = -(-rows // most)
     return [i * rows // tiles for i in range(tiles + 1)]
 
@@ -172,6 +184,7 @@ def _columns(
 
 
 def _score_rows(
+    *,
     layer: OutputLayer,
     loss: Loss,
     ctx: PredictionContext,
@@ -281,18 +294,18 @@ def predict(
         for t, end in itertools.pairwise(tile_bounds(xb.shape[0], widest, device)):
             rows = slice(t, end)
             _score_rows(
-                layer,
-                loss,
-                ctx,
-                xb[rows],
-                z[rows],
-                None if yb is None else yb[rows],
-                bounds,
-                order,
-                first,
-                per_row,
-                (adjusted, raw),
-                slice(lo + t, lo + end),
+                layer=layer,
+                loss=loss,
+                ctx=ctx,
+                xb=xb[rows],
+                z=z[rows],
+                yb=None if yb is None else yb[rows],
+                bounds=bounds,
+                order=order,
+                first=first,
+                per_row=per_row,
+                totals=(adjusted, raw),
+                into=slice(lo + t, lo + end),
             )
     encoder.train()
     return adjusted.result(), raw.result() if raw is not None else None

@@ -223,7 +223,8 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 # * 512-bit vectors (tailkit/vector_width.py): LLVM's Intel tuning keeps loops at 256 bits,
 #   and this kernel is vector loops end to end. With no re-association the width moves no
 #   value (the same bits, checked against the 256-bit build at C = 10^5 and 10^6); one core of
-#   the Xeon, C = 10^6, 64-row blocks, medians of 5 side by side: 2.32 → 1.98 ms a row.
+#   the Xeon, C = 10^6, 256 rows in one call over all labels, medians of 5 side by side:
+#   2.32 → 1.98 ms a row.
 
 _ZERO = np.float32(0.0)
 
@@ -403,8 +404,8 @@ def subtree_leaves(x, weight_k, bias_k, depth, root_lp, r_lo, r_hi, slot, first_
     offset = first_out[r_lo]
     adding = plus.size > 0
     groups = (rows + ROW_GROUP - 1) // ROW_GROUP
-    # tasks are (subtree, block of row groups): a label chunk spans only a few subtrees
-    # (16,384 labels are four), too few to keep every core busy on their own
+    # tasks are (subtree, block of row groups): a label chunk spans only a few subtrees (a
+    # CPU chunk of 4,096 labels is one), too few to keep every core busy on their own
     blocks = (groups + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
     for task in numba.prange((r_hi - r_lo) * blocks):
         prefer_512_bit_vectors()  # the same values at any width (tailkit/vector_width.py)
