@@ -191,16 +191,31 @@ def test_kernel_layout_places_every_node_where_the_kernels_read_it() -> None:
     assert first_out.tolist() == [0, *np.cumsum(per_subtree).tolist()]
 
 
+def _loss_and_context(sampler, num_classes: int, corrected: bool):
+    """Negative sampling with the tree's correction, or a loss that adjusts nothing."""
+    loss = NegativeSampling() if corrected else Loss()
+    ctx = PredictionContext(
+        log_prior=torch.zeros(num_classes), sampler=sampler if corrected else None
+    )
+    return loss, ctx
+
+
+def _both_returned(got, want):
+    """The (adjusted, raw) predictions of two predict calls, pair by pair, where both
+    returned them (one returning None means both must)."""
+    for g, w in zip(got, want, strict=True):
+        assert (g is None) == (w is None)
+        if w is not None:
+            yield g, w
+
+
 @pytest.mark.parametrize("corrected", [True, False])
 def test_tiles_of_a_block_predict_what_the_whole_block_does(monkeypatch, corrected) -> None:
     """Bit for bit: scoring a block's rows tile by tile (the CPU's cache-sized tiles, here
     13-14 rows of 40-row blocks) gives every row the predictions of the block scored whole."""
     num_classes, rows = 5_000, 50
     sampler, encoder, layer, x, labels = _setup(num_classes, rows, seed=5)
-    loss = NegativeSampling() if corrected else Loss()
-    ctx = PredictionContext(
-        log_prior=torch.zeros(num_classes), sampler=sampler if corrected else None
-    )
+    loss, ctx = _loss_and_context(sampler, num_classes, corrected)
 
     def run(tile_floats: int):
         monkeypatch.setattr(predict_module, "CPU_TILE_SCORES", tile_floats)
@@ -210,10 +225,7 @@ def test_tiles_of_a_block_predict_what_the_whole_block_does(monkeypatch, correct
     tiled = run(1)  # the floor's 16 rows: tiles of 13, 13 and 14 rows, then 10
     assert sampler.full_tree_rows == (rows if corrected else 0)  # still one pass per row
     whole = run(1 << 30)
-    for got, want in zip(tiled, whole, strict=True):
-        if want is None:
-            assert got is None
-            continue
+    for got, want in _both_returned(tiled, whole):
         for name in ("topk", "top_scores", "true_score", "log_partition"):
             assert torch.equal(getattr(got, name), getattr(want, name)), name
 
@@ -226,20 +238,14 @@ def test_the_cpu_chunk_cap_moves_only_the_log_partition(monkeypatch, corrected) 
     a few float32 ulps."""
     num_classes, rows = 20_000, 64
     sampler, encoder, layer, x, labels = _setup(num_classes, rows, seed=7)
-    loss = NegativeSampling() if corrected else Loss()
-    ctx = PredictionContext(
-        log_prior=torch.zeros(num_classes), sampler=sampler if corrected else None
-    )
+    loss, ctx = _loss_and_context(sampler, num_classes, corrected)
 
     def run(cap: int):
         monkeypatch.setattr(predict_module, "CPU_LABEL_CHUNK", cap)
         return predict(encoder, layer, loss, ctx, x, labels, k=5, label_chunk=16_384)
 
     capped, wide = run(4096), run(1 << 30)
-    for got, want in zip(capped, wide, strict=True):
-        if want is None:
-            assert got is None
-            continue
+    for got, want in _both_returned(capped, wide):
         for name in ("topk", "top_scores", "true_score"):
             assert torch.equal(getattr(got, name), getattr(want, name)), name
         # absolute as well as relative: a log-partition near 0 carries the rounding of the

@@ -46,15 +46,20 @@ def _wide_ok() -> bool:
     return "+avx512f" in llvm.get_host_cpu_features().flatten()
 
 
-def test_marked_function_is_wide_and_computes_the_same_bits() -> None:
-    narrow, wide = _compiled(_body), _compiled(_wide_body)
-    rng = np.random.default_rng(0)
-    x = (rng.standard_normal(4099) * 30).astype(np.float32)
-    w = rng.standard_normal(4099).astype(np.float32)
+def _assert_same_bits(wide, narrow, size: int, seed: int) -> None:
+    """``wide`` computes what the unmarked ``narrow`` computes, bit for bit."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(size) * 30).astype(np.float32)
+    w = rng.standard_normal(size).astype(np.float32)
     got, want = np.empty_like(x), np.empty_like(x)
     wide(x, w, got)
     narrow(x, w, want)
     np.testing.assert_array_equal(got, want)
+
+
+def test_marked_function_is_wide_and_computes_the_same_bits() -> None:
+    narrow, wide = _compiled(_body), _compiled(_wide_body)
+    _assert_same_bits(wide, narrow, 4099, seed=0)
     (ir,) = wide.inspect_llvm().values()
     assert PREFER_512 in ir
     (plain_ir,) = narrow.inspect_llvm().values()
@@ -67,14 +72,7 @@ def test_marked_function_is_wide_and_computes_the_same_bits() -> None:
 
 def test_a_marked_prange_body_is_wide_and_computes_the_same_bits() -> None:
     wide = numba.njit(parallel=True, error_model="numpy", fastmath=EXACT_ENOUGH)(_parallel_body)
-    narrow = _compiled(_body)
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal(5000) * 30).astype(np.float32)
-    w = rng.standard_normal(5000).astype(np.float32)
-    got, want = np.empty_like(x), np.empty_like(x)
-    wide(x, w, got)
-    narrow(x, w, want)
-    np.testing.assert_array_equal(got, want)
+    _assert_same_bits(wide, _compiled(_body), 5000, seed=1)
     # the prange body is a function of its own (the parfor's gufunc), linked into the
     # dispatcher's library: that is where the attribute must land
     library = wide.overloads[wide.signatures[0]].library
