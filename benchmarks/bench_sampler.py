@@ -15,8 +15,16 @@ Prints, side by side and interleaved (A B C A B C ...):
 5. unless ``--no-fit``: the tree fit (PCA + greedy Newton) on C = 10^5 labels and 10^6 points
    with k = 16, goal ≤ 120 s, for both split rules.
 
-Goal for 1 on the 2-core CPU: ≥ 5 M tree draws/s at C = 10^6. The tree tables for 1–4 are
-random (the fit is timed in 5); throughput depends on the tables' shape, not their values.
+Goal for 1 on the 2-core CPU: ≥ 8 M tree draws/s at C = 10^6 (issue 18; an earlier goal was
+5 M). The tree tables for 1–4 are random (the fit is timed in 5); throughput depends on the
+tables' shape, not their values.
+
+Timed with malloc and OpenMP as the ``tailkit`` command runs the stages
+(tailkit/allocator.py: freed blocks reused, the heap on transparent huge pages, one OpenMP
+runtime for torch and numba); ``TAILKIT_MALLOC=system`` times glibc's defaults. The tree's
+deep levels are scattered reads of a 68 MB table at C = 10^6, and 4 KiB pages make each a TLB
+miss: on the 2-core Xeon the stages' set-up gave 5.68–5.96 M draws/s against 5.35–5.55 M with
+glibc's defaults (four runs each way, alternated).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import time
 import numpy as np
 import torch
 
+from tailkit.allocator import reexec_with_tuned_malloc
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.tree_fit import tree_depth
 from tailkit.registry import make_registry
@@ -188,6 +197,7 @@ def main() -> None:
     parser.add_argument("--model-dim", type=int, default=128)
     parser.add_argument("--no-fit", action="store_true", help="skip the 10^5-label fit")
     args = parser.parse_args()
+    reexec_with_tuned_malloc()
     registry = make_registry()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     bandwidth = read_bandwidth()
@@ -217,7 +227,7 @@ def main() -> None:
         print(row)
     print(
         f"   tree ÷ uniform at C=1e6: {rate[('tree', 10**6)] / rate[('uniform', 10**6)]:.3f};"
-        f" tree at C=1e6: {rate[('tree', 10**6)] / 1e6:.2f} M draws/s (goal ≥ 5)"
+        f" tree at C=1e6: {rate[('tree', 10**6)] / 1e6:.2f} M draws/s (goal ≥ 8)"
     )
 
     depths = np.array([tree_depth(c) for c in SIZES], dtype=np.float64)
