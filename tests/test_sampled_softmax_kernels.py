@@ -15,7 +15,7 @@ import torch
 
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax, _CompiledSampledSoftmax
 from tailkit.testing.batches import sampled_batch
-from tailkit.training.output_layer import shared_hits
+from tailkit.training.output_layer import per_row_hits, shared_hits
 
 
 def _batch(rows: int, m: int, classes: int, shared: bool, seed: int, dtype=torch.float32):
@@ -154,5 +154,21 @@ def test_shared_hits_equal_the_broadcast_compare(rows, m, classes) -> None:
     neg = torch.randint(classes, (m,), generator=gen)  # repeated draws included
     labels = torch.randint(classes, (rows,), generator=gen)
     want = neg.unsqueeze(0) == labels.unsqueeze(1)
-    got = shared_hits(neg, labels)
-    assert got.dtype == torch.bool and torch.equal(got, want)
+    # int64 takes the compiled kernel, int32 the torch ops (the path of other devices)
+    for got in (shared_hits(neg, labels), shared_hits(neg.int(), labels.int())):
+        assert got.dtype == torch.bool and torch.equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("rows", "m", "classes"), [(200, 150, 30), (7, 5, 3), (0, 4, 3), (5, 0, 3)]
+)
+def test_per_row_hits_equal_the_broadcast_compare(rows, m, classes) -> None:
+    gen = torch.Generator().manual_seed(rows + m)
+    neg = torch.randint(classes, (rows, m), generator=gen)
+    labels = torch.randint(classes, (rows,), generator=gen)
+    want = neg == labels.unsqueeze(1)
+    assert want.any() or rows * m < 10  # the cases hold hits
+    # a transposed (non-contiguous) draw table as well
+    for draws in (neg, neg.t().contiguous().t()):
+        got = per_row_hits(draws, labels)
+        assert got.dtype == torch.bool and torch.equal(got, want)

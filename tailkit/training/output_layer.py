@@ -151,9 +151,16 @@ def shared_hits(neg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
     Found through the sorted draws, not a (B, m) broadcast compare: hits are rare, and torch
     runs the compare of a row against a column element by element (0.4 ms of a 5.7 ms step at
-    B = m = 1,024, bench_step.py); here the cost is the sort and a (B, m) fill.
+    B = m = 1,024, bench_step.py); here the cost is the sort and a (B, m) fill. On the CPU one
+    compiled pass (tailkit/training/hit_kernels.py); elsewhere torch ops.
     """
     batch, m = labels.shape[0], neg.shape[0]
+    if _compiled_hits(neg, labels):
+        from tailkit.training.hit_kernels import shared_hit_mask
+
+        out = torch.empty(batch, m, dtype=torch.bool)
+        shared_hit_mask(neg.contiguous().numpy(), labels.contiguous().numpy(), out.numpy())
+        return out
     hits = torch.zeros(batch, m, dtype=torch.bool, device=neg.device)
     drawn, order = torch.sort(neg)
     first = torch.searchsorted(drawn, labels, side="left")
@@ -165,6 +172,26 @@ def shared_hits(neg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         within = torch.arange(total, device=neg.device) - starts.repeat_interleave(count)
         hits[rows, order[first.repeat_interleave(count) + within]] = True
     return hits
+
+
+def per_row_hits(neg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B, m) bool: True where the row's own draw ``neg[i, j]`` equals ``labels[i]``; compiled
+    on the CPU, where torch's broadcast compare runs element by element."""
+    if _compiled_hits(neg, labels):
+        from tailkit.training.hit_kernels import per_row_hit_mask
+
+        out = torch.empty(neg.shape, dtype=torch.bool)
+        per_row_hit_mask(neg.contiguous().numpy(), labels.contiguous().numpy(), out.numpy())
+        return out
+    return neg == labels.unsqueeze(1)
+
+
+def _compiled_hits(neg: torch.Tensor, labels: torch.Tensor) -> bool:
+    return (
+        neg.device.type == "cpu"
+        and labels.device.type == "cpu"
+        and neg.dtype == labels.dtype == torch.int64
+    )
 
 
 def _skip_uniform(count: int, generator: torch.Generator | None) -> None:
@@ -343,7 +370,7 @@ class OutputLayer:
         else:
             w = w.view(*neg_idx.shape, -1)  # (B, m, d)
             negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + b
-            hits = neg == labels.unsqueeze(1)
+            hits = per_row_hits(neg, labels)
         return SampledLogits(pos, negative, hits, rows)
 
     def scores(self, z: torch.Tensor, start: int, stop: int) -> torch.Tensor:
