@@ -165,3 +165,75 @@ def test_cosine_logits_gradients_equal_autograd_normalize(dtype: torch.dtype) ->
     scale = w64.grad.abs().amax(dim=1, keepdim=True).clamp_min(1e-300)
     torch.testing.assert_close(wx.grad.double() / scale, w64.grad / scale, **tol)
     torch.testing.assert_close(zx.grad.double(), zs64.grad, **tol)
+
+
+def _per_example_step(compiled, monkeypatch, *, classes, rows, m, d, dtype, z_grad=True):
+    """Scores, the gathered rows' gradients and z's gradient of one per-example sampled step
+    with the compiled rows gradient (tailkit/training/row_gradient_kernels.py) or without."""
+    from tailkit.training import output_layer
+
+    layer = OutputLayer(classes, d, generator=torch.Generator().manual_seed(1))
+    layer.weight, layer.bias = layer.weight.to(dtype), layer.bias.to(dtype)
+    g = torch.Generator().manual_seed(2)
+    layer.bias.uniform_(-1, 1, generator=g)
+    z = torch.randn(rows, d, generator=g, dtype=dtype).requires_grad_(z_grad)
+    y = torch.randint(classes, (rows,), generator=g)
+    neg = torch.randint(classes, (rows, m), generator=g)  # repeats and hits at small C
+    with monkeypatch.context() as patch:
+        if not compiled:
+            patch.setattr(output_layer, "_compiled_rows_gradient", lambda *args: False)
+        out = layer.sampled(z, y, neg)
+    weights = (
+        torch.randn(rows, generator=g, dtype=dtype),
+        torch.randn(rows, m, generator=g, dtype=dtype),
+    )
+    ((out.pos * weights[0]).sum() + (out.neg * weights[1]).sum()).backward()
+    return out.pos, out.neg, out.rows.weight.grad, out.rows.bias.grad, z.grad
+
+
+@pytest.mark.parametrize(
+    ("classes", "rows", "m", "d", "dtype", "z_grad"),
+    [
+        (40, 64, 16, 8, torch.float32, True),  # many repeated rows, positives among negatives
+        (100_000, 300, 16, 128, torch.float32, True),  # few repeats
+        (30, 7, 5, 3, torch.float64, True),
+        (20, 40, 3, 4, torch.float32, False),  # a frozen encoder: no gradient for z
+        (10, 1, 1, 2, torch.float32, True),
+    ],
+)
+def test_per_example_rows_gradient_is_autograds_bit_for_bit(
+    monkeypatch, classes, rows, m, d, dtype, z_grad
+):
+    shape = {"classes": classes, "rows": rows, "m": m, "d": d, "dtype": dtype, "z_grad": z_grad}
+    fused = _per_example_step(True, monkeypatch, **shape)
+    torch_ops = _per_example_step(False, monkeypatch, **shape)
+    for a, b in zip(fused, torch_ops, strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_per_example_rows_gradient_passes_gradcheck() -> None:
+    from tailkit.training.output_layer import _PerExampleScores
+
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(6, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(6, generator=g, dtype=torch.float64, requires_grad=True)
+    pos_idx = torch.tensor([0, 2, 2, 5, 1])
+    neg_idx = torch.tensor([[1, 1, 3], [0, 4, 2], [5, 5, 5], [3, 0, 1], [2, 4, 0]])
+    assert torch.autograd.gradcheck(
+        lambda *t: _PerExampleScores.apply(*t, pos_idx, neg_idx), (z, weight, bias)
+    )
+
+
+def test_per_example_rows_gradient_is_the_same_on_one_thread_and_on_all(monkeypatch) -> None:
+    import numba
+
+    shape = {"classes": 500, "rows": 256, "m": 16, "d": 32, "dtype": torch.float32}
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = _per_example_step(True, monkeypatch, **shape)
+    finally:
+        numba.set_num_threads(before)
+    every = _per_example_step(True, monkeypatch, **shape)
+    assert all(torch.equal(a, b) for a, b in zip(one, every, strict=True))

@@ -146,6 +146,65 @@ def unit_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     return out
 
 
+class _PerExampleScores(torch.autograd.Function):
+    """The positive logits (B,) and per-example negative logits (B, m) of the gathered rows
+    ``weight`` (rows, d) and ``bias`` (rows,), as the torch ops of :meth:`OutputLayer.sampled`
+    compute them (the same values), with the rows' gradient from one compiled pass
+    (tailkit/training/row_gradient_kernels.py: autograd's sums bit for bit, without its three
+    dense temporary tables). The embeddings' gradient is the torch ops' own two parts, added
+    here; where the loss also takes a gradient of the embeddings elsewhere, autograd adds that
+    to this sum instead of to each part in turn, which can move z's gradient in its last bits
+    (no built-in sampled loss does)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        z: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        pos_idx: torch.Tensor,
+        neg_idx: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        w_pos = weight.index_select(0, pos_idx)
+        pos = (z * w_pos).sum(-1) + bias.index_select(0, pos_idx)
+        flat = neg_idx.reshape(-1)
+        w = weight.index_select(0, flat).view(*neg_idx.shape, -1)  # (B, m, d)
+        neg = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + bias.index_select(0, flat).view(
+            neg_idx.shape
+        )
+        ctx.rows = weight.shape[0]
+        ctx.save_for_backward(z, w_pos, w, pos_idx, neg_idx)
+        return pos, neg
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, grad_pos: torch.Tensor, grad_neg: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, None, None]:
+        from tailkit.training.row_gradient_kernels import per_example_rows_gradient
+
+        z, w_pos, w, pos_idx, neg_idx = ctx.saved_tensors
+        z = z.detach()
+        grad_pos, grad_neg = grad_pos.contiguous(), grad_neg.contiguous()
+        grad_z = None
+        if ctx.needs_input_grad[0]:
+            # as autograd forms them: the positive's product and the batched product's backward
+            grad_z = grad_pos.unsqueeze(1) * w_pos
+            grad_z += w.transpose(1, 2).bmm(grad_neg.unsqueeze(-1)).squeeze(-1)
+        grad_weight = z.new_empty(ctx.rows, z.shape[1])
+        grad_bias = z.new_empty(ctx.rows)
+        per_example_rows_gradient(
+            z.numpy(),
+            grad_pos.numpy(),
+            grad_neg.numpy(),
+            pos_idx.numpy(),
+            neg_idx.numpy(),
+            grad_weight.numpy(),
+            grad_bias.numpy(),
+        )
+        return grad_z, grad_weight, grad_bias, None, None
+
+
 def shared_hits(neg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """(B, m) bool: True where the shared draw ``neg[j]`` (m,) equals the label ``labels[i]``.
 
@@ -191,6 +250,21 @@ def _compiled_hits(neg: torch.Tensor, labels: torch.Tensor) -> bool:
         neg.device.type == "cpu"
         and labels.device.type == "cpu"
         and neg.dtype == labels.dtype == torch.int64
+    )
+
+
+def _compiled_rows_gradient(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> bool:
+    """Whether :class:`_PerExampleScores` takes the step: CPU float tensors of one dtype, the
+    gathered rows taking a gradient (a training step) and the embeddings contiguous."""
+    return (
+        torch.is_grad_enabled()
+        and weight.requires_grad
+        and bias.requires_grad
+        and all(t.device.type == "cpu" for t in (z, weight, bias))
+        and z.dtype == weight.dtype == bias.dtype
+        and z.dtype in (torch.float32, torch.float64)
+        and z.dim() == 2
+        and z.is_contiguous()
     )
 
 
@@ -361,6 +435,11 @@ class OutputLayer:
         # accumulate) sums a repeated row's gradients in an order that depends on thread
         # scheduling on CPU, so two runs differ in the last bits; index_select's (index_add_)
         # does not.
+        if neg.dim() == 2 and _compiled_rows_gradient(z, weight, bias):
+            pos, negative = _PerExampleScores.apply(
+                z, weight, bias, pos_idx.contiguous(), neg_idx.contiguous()
+            )
+            return SampledLogits(pos, negative, per_row_hits(neg, labels), rows)
         pos = (z * weight.index_select(0, pos_idx)).sum(-1) + bias.index_select(0, pos_idx)
         flat = neg_idx.reshape(-1)
         w, b = weight.index_select(0, flat), bias.index_select(0, flat).view(neg_idx.shape)
