@@ -237,3 +237,26 @@ def test_per_example_rows_gradient_is_the_same_on_one_thread_and_on_all(monkeypa
         numba.set_num_threads(before)
     every = _per_example_step(True, monkeypatch, **shape)
     assert all(torch.equal(a, b) for a, b in zip(one, every, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("n", "low", "high"),
+    [
+        (17_408, 0, 1_000_000),  # a per-example step's ids at C = 10^6: two radix passes
+        (2_048, 0, 3_875),
+        (1_000, 0, 2**40),  # four passes
+        (500, -(2**62), 2**62),  # the whole int64 range, negative values included
+        (7, 5, 6),  # one distinct value: span 0
+        (1, 0, 10),
+        (0, 0, 10),
+    ],
+)
+def test_unique_ids_are_torch_uniques(n, low, high):
+    from tailkit.training.output_layer import unique_ids
+
+    g = torch.Generator().manual_seed(n)
+    values = torch.randint(low, high, (n,), generator=g)
+    want_ids, want_inverse = torch.unique(values, return_inverse=True)
+    ids, inverse = unique_ids(values)
+    assert ids.dtype == inverse.dtype == torch.int64
+    assert torch.equal(ids, want_ids) and torch.equal(inverse, want_inverse)

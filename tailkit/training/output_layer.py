@@ -2,9 +2,10 @@
 
 A sampled step gathers only the rows it scores (the positives and the negatives), as fresh
 leaf tensors, so autograd produces a gradient of shape (rows, d) instead of a dense C × d one:
-the step time does not grow with C. Duplicate ids are merged with ``torch.unique`` before the
-gather, so each touched row appears once and its gradient arrives already summed, which is what
-an exact Adagrad update needs. The full-softmax path views the whole table the same way.
+the step time does not grow with C. Duplicate ids are merged (``torch.unique``; a radix sort on
+the CPU) before the gather, so each touched row appears once and its gradient arrives already
+summed, which is what an exact Adagrad update needs. The full-softmax path views the whole table
+the same way.
 
 With ``cosine_scale = s`` (LDAM's normalised layer) a logit is s·⟨z/‖z‖, w_j/‖w_j‖⟩ and the
 bias is unused: the normalisation runs inside autograd on the gathered rows, so the stored rows
@@ -253,6 +254,17 @@ def _compiled_hits(neg: torch.Tensor, labels: torch.Tensor) -> bool:
     )
 
 
+def unique_ids(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.unique(values, return_inverse=True)`` for (n,) label ids: on the CPU, for int64,
+    by a compiled radix sort (tailkit/training/unique_kernels.py), the same result."""
+    if values.device.type == "cpu" and values.dtype == torch.int64 and values.dim() == 1:
+        from tailkit.training.unique_kernels import unique_inverse
+
+        ids, inverse = unique_inverse(values.contiguous().numpy())
+        return torch.from_numpy(ids), torch.from_numpy(inverse)
+    return torch.unique(values, return_inverse=True)
+
+
 def _compiled_rows_gradient(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> bool:
     """Whether :class:`_PerExampleScores` takes the step: CPU float tensors of one dtype, the
     gathered rows taking a gradient (a training step) and the embeddings contiguous."""
@@ -413,7 +425,7 @@ class OutputLayer:
         gives 0 for the others, and ``rows`` holds its own rows only, under local ids.
         """
         batch = labels.shape[0]
-        ids, inverse = torch.unique(torch.cat([labels, neg.reshape(-1)]), return_inverse=True)
+        ids, inverse = unique_ids(torch.cat([labels, neg.reshape(-1)]))
         pos_idx, neg_idx = inverse[:batch], inverse[batch:].view(neg.shape)
         if self.is_shard:
             # A label shard scores the ids it owns and gives 0 for the rest: zero rows in
