@@ -444,7 +444,7 @@ def test_sparse_whitening_does_not_depend_on_torch_threads() -> None:
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            sampler._shift = None  # recomputed under this thread count
+            sampler._shift = sampler._whitened = None  # recomputed under this count
             whitened.append(sampler.whiten(x))
     finally:
         torch.set_num_threads(before)
@@ -476,3 +476,25 @@ def test_whitening_gives_a_row_the_same_bits_in_any_block() -> None:
         np.testing.assert_array_equal(alone[0], together[i])
     exact = (x.astype(np.float64) - mean) @ transform.T.astype(np.float64)
     np.testing.assert_allclose(together, exact, rtol=1e-6, atol=1e-5)
+
+
+def test_whitening_is_reused_only_for_the_same_unmodified_batch() -> None:
+    """A step whitens its batch for the draws and again for the positives' log q: the second
+    call reuses the first's x̃, but never for another object or after an in-place change."""
+    from tailkit.testing.trees import random_tree
+
+    sampler = random_tree(100, 12)
+    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(0))
+    first = sampler.whiten(x)
+    assert sampler.whiten(x) is first
+    twin = x.clone()
+    assert sampler.whiten(twin) is not first and torch.equal(sampler.whiten(twin), first)
+    x[3].mul_(2.0)  # in place: the version counter moves
+    again = sampler.whiten(x)
+    assert again is not first and not torch.equal(again, first)
+    sampler._whitened = None
+    assert torch.equal(sampler.whiten(x), again)  # what a fresh whitening gives
+    rows = x[2:5]  # a view shares its base's version counter
+    view_first = sampler.whiten(rows)
+    x[3].mul_(0.5)
+    assert not torch.equal(sampler.whiten(rows), view_first)
