@@ -167,28 +167,34 @@ def test_cosine_logits_gradients_equal_autograd_normalize(dtype: torch.dtype) ->
     torch.testing.assert_close(zx.grad.double(), zs64.grad, **tol)
 
 
-def _per_example_step(compiled, monkeypatch, *, classes, rows, m, d, dtype, z_grad=True):
+def _per_example_step(
+    compiled, monkeypatch, *, classes, rows, m, d, dtype, z_grad=True, shard=None
+):
     """Scores, the gathered rows' gradients and z's gradient of one per-example sampled step
-    with the compiled rows gradient (tailkit/training/row_gradient_kernels.py) or without."""
+    with the compiled rows gradient (tailkit/training/row_gradient_kernels.py) or without;
+    z is an encoder's output (not a leaf), its input's gradient is returned."""
     from tailkit.training import output_layer
 
-    layer = OutputLayer(classes, d, generator=torch.Generator().manual_seed(1))
+    layer = OutputLayer(classes, d, generator=torch.Generator().manual_seed(1), rows=shard)
     layer.weight, layer.bias = layer.weight.to(dtype), layer.bias.to(dtype)
     g = torch.Generator().manual_seed(2)
     layer.bias.uniform_(-1, 1, generator=g)
-    z = torch.randn(rows, d, generator=g, dtype=dtype).requires_grad_(z_grad)
+    x = torch.randn(rows, d, generator=g, dtype=dtype).requires_grad_(z_grad)
+    z = x * 0.5 + 0.25
     y = torch.randint(classes, (rows,), generator=g)
     neg = torch.randint(classes, (rows, m), generator=g)  # repeats and hits at small C
     with monkeypatch.context() as patch:
         if not compiled:
             patch.setattr(output_layer, "_compiled_rows_gradient", lambda *args: False)
         out = layer.sampled(z, y, neg)
+    # the path asked for is the path taken
+    assert (type(out.neg.grad_fn).__name__ == "_PerExampleScoresBackward") == compiled
     weights = (
         torch.randn(rows, generator=g, dtype=dtype),
         torch.randn(rows, m, generator=g, dtype=dtype),
     )
     ((out.pos * weights[0]).sum() + (out.neg * weights[1]).sum()).backward()
-    return out.pos, out.neg, out.rows.weight.grad, out.rows.bias.grad, z.grad
+    return out.pos, out.neg, out.rows.weight.grad, out.rows.bias.grad, x.grad
 
 
 @pytest.mark.parametrize(
@@ -199,6 +205,8 @@ def _per_example_step(compiled, monkeypatch, *, classes, rows, m, d, dtype, z_gr
         (30, 7, 5, 3, torch.float64, True),
         (20, 40, 3, 4, torch.float32, False),  # a frozen encoder: no gradient for z
         (10, 1, 1, 2, torch.float32, True),
+        (10, 0, 4, 2, torch.float32, True),  # no rows
+        (10, 3, 0, 2, torch.float32, True),  # no negatives
     ],
 )
 def test_per_example_rows_gradient_is_autograds_bit_for_bit(
@@ -209,6 +217,17 @@ def test_per_example_rows_gradient_is_autograds_bit_for_bit(
     torch_ops = _per_example_step(False, monkeypatch, **shape)
     for a, b in zip(fused, torch_ops, strict=True):
         assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_per_example_rows_gradient_on_a_label_shard_is_autograds(monkeypatch) -> None:
+    """A label shard scores the labels it owns and zero rows for the others
+    (OutputLayer.sampled): the gathered rows then come from index_copy, not a leaf."""
+    shape = {"classes": 60, "rows": 32, "m": 8, "d": 6, "dtype": torch.float32, "shard": (20, 45)}
+    fused = _per_example_step(True, monkeypatch, **shape)
+    torch_ops = _per_example_step(False, monkeypatch, **shape)
+    assert fused[2].abs().sum() > 0  # owned rows received gradient
+    for a, b in zip(fused, torch_ops, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_per_example_rows_gradient_passes_gradcheck() -> None:
@@ -228,7 +247,8 @@ def test_per_example_rows_gradient_passes_gradcheck() -> None:
 def test_per_example_rows_gradient_is_the_same_on_one_thread_and_on_all(monkeypatch) -> None:
     import numba
 
-    shape = {"classes": 500, "rows": 256, "m": 16, "d": 32, "dtype": torch.float32}
+    # ~4,000 gathered rows: 16 parallel tasks of 256
+    shape = {"classes": 20_000, "rows": 256, "m": 16, "d": 32, "dtype": torch.float32}
     before = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
@@ -245,7 +265,8 @@ def test_per_example_rows_gradient_is_the_same_on_one_thread_and_on_all(monkeypa
         (17_408, 0, 1_000_000),  # a per-example step's ids at C = 10^6: two radix passes
         (2_048, 0, 3_875),
         (1_000, 0, 2**40),  # four passes
-        (500, -(2**62), 2**62),  # the whole int64 range, negative values included
+        (500, -(2**62), 2**62),  # negative values included
+        (500, -(2**63), 2**63 - 1),  # the whole int64 range: the span wraps past 2^63
         (7, 5, 6),  # one distinct value: span 0
         (1, 0, 10),
         (0, 0, 10),
@@ -253,10 +274,14 @@ def test_per_example_rows_gradient_is_the_same_on_one_thread_and_on_all(monkeypa
 )
 def test_unique_ids_are_torch_uniques(n, low, high):
     from tailkit.training.output_layer import unique_ids
+    from tailkit.training.unique_kernels import unique_inverse
 
     g = torch.Generator().manual_seed(n)
     values = torch.randint(low, high, (n,), generator=g)
+    if n > 2 and high - low > 2**62:  # the extremes themselves
+        values[0], values[1] = low, high
     want_ids, want_inverse = torch.unique(values, return_inverse=True)
-    ids, inverse = unique_ids(values)
-    assert ids.dtype == inverse.dtype == torch.int64
-    assert torch.equal(ids, want_ids) and torch.equal(inverse, want_inverse)
+    kernel = tuple(torch.from_numpy(a) for a in unique_inverse(values.numpy()))
+    for ids, inverse in (unique_ids(values), kernel):
+        assert ids.dtype == inverse.dtype == torch.int64
+        assert torch.equal(ids, want_ids) and torch.equal(inverse, want_inverse)

@@ -498,3 +498,30 @@ def test_whitening_is_reused_only_for_the_same_unmodified_batch() -> None:
     view_first = sampler.whiten(rows)
     x[3].mul_(0.5)
     assert not torch.equal(sampler.whiten(rows), view_first)
+
+
+def test_whitening_memo_sees_sparse_rows_inference_mode_and_changes_to_its_result() -> None:
+    from tailkit.sparse import SparseRows
+    from tailkit.testing.trees import random_tree
+
+    sampler = random_tree(100, 12)
+    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(1))
+    first = sampler.whiten(x)
+    clean = first.clone()
+    first.add_(1.0)  # a caller that changed x̃: not handed out again
+    again = sampler.whiten(x)
+    assert again is not first and torch.equal(again, clean)
+    with torch.inference_mode():  # no version counters: whitened every time, no error
+        frozen = x.clone()
+        a, b = sampler.whiten(frozen), sampler.whiten(frozen)
+        assert a is not b and torch.equal(a, b)
+        ids, log_q = sampler.sample(frozen, torch.zeros(8, dtype=torch.int64), 4, torch.Generator())
+        assert ids.shape == log_q.shape == (8, 4)
+    import scipy.sparse as sp
+
+    dense = torch.randn(5, 12, generator=torch.Generator().manual_seed(2)).numpy()
+    rows = SparseRows.from_scipy(sp.csr_matrix(dense))
+    sparse_first = sampler.whiten(rows)
+    assert sampler.whiten(rows) is sparse_first
+    rows.values.mul_(3.0)
+    assert not torch.equal(sampler.whiten(rows), sparse_first)

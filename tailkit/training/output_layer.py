@@ -155,7 +155,8 @@ class _PerExampleScores(torch.autograd.Function):
     dense temporary tables). The embeddings' gradient is the torch ops' own two parts, added
     here; where the loss also takes a gradient of the embeddings elsewhere, autograd adds that
     to this sum instead of to each part in turn, which can move z's gradient in its last bits
-    (no built-in sampled loss does)."""
+    (no built-in sampled loss does). As the module's other Functions, it has no double
+    backward; an output the loss leaves unused sends a zero gradient."""
 
     @staticmethod
     def forward(
@@ -169,7 +170,7 @@ class _PerExampleScores(torch.autograd.Function):
         w_pos = weight.index_select(0, pos_idx)
         pos = (z * w_pos).sum(-1) + bias.index_select(0, pos_idx)
         flat = neg_idx.reshape(-1)
-        w = weight.index_select(0, flat).view(*neg_idx.shape, -1)  # (B, m, d)
+        w = weight.index_select(0, flat).view(*neg_idx.shape, weight.shape[1])  # (B, m, d)
         neg = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + bias.index_select(0, flat).view(
             neg_idx.shape
         )
@@ -459,7 +460,7 @@ class OutputLayer:
             negative = torch.addmm(b, z, w.t())
             hits = shared_hits(neg, labels)
         else:
-            w = w.view(*neg_idx.shape, -1)  # (B, m, d)
+            w = w.view(*neg_idx.shape, weight.shape[1])  # (B, m, d)
             negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + b
             hits = per_row_hits(neg, labels)
         return SampledLogits(pos, negative, hits, rows)

@@ -27,6 +27,14 @@ from tailkit.validation import Constraint, Interval
 _DENSE_BUDGET = 1 << 26
 
 
+def _versions(x: torch.Tensor | SparseRows) -> tuple[int, ...] | None:
+    """The version counters of ``x``'s tensors; None where one has none (inference mode)."""
+    parts = (x,) if isinstance(x, torch.Tensor) else (x.indptr, x.indices, x.values)
+    if any(t.is_inference() for t in parts):
+        return None
+    return tuple(t._version for t in parts)
+
+
 class _KernelTables(NamedTuple):
     """The tree in the order of the CPU all-leaves kernels (tree_kernels.kernel_layout)."""
 
@@ -131,7 +139,7 @@ class TreeSampler(Sampler):
         self._shift: torch.Tensor | None = None  # μ·Tᵀ (k,), for sparse rows
         # the last input whitened, its version and x̃: a step whitens its batch for the draws
         # and again for the positives' log q (see whiten)
-        self._whitened: tuple[Any, int | None, torch.Tensor] | None = None
+        self._whitened: tuple[Any, tuple[int, ...], torch.Tensor] | None = None
         self._kernel: _KernelTables | None = None  # the all-leaves kernels' tables
         self._order: torch.Tensor | None = None
         self._position: torch.Tensor | None = None  # inverse of _order
@@ -220,15 +228,23 @@ class TreeSampler(Sampler):
 
         The last input's x̃ is kept: a training step asks for the same batch twice (its draws,
         then its positives' log q), and whitening is a tenth of a Bamler–Mandt step at
-        d = 128. It is reused only for the very same object, unmodified since (a tensor's
-        version counter); x̃ must not be modified in place.
+        d = 128. It is reused only for the very same object whose tensors (and x̃'s) are
+        unchanged since by torch's in-place ops (their version counters); a write that
+        bypasses the counter (through ``.numpy()`` or ``.data``) is not seen. Tensors made
+        under ``torch.inference_mode`` have no counter and are never reused.
         """
+        versions = _versions(x)
         memo = self._whitened
-        version = x._version if isinstance(x, torch.Tensor) else None
-        if memo is not None and memo[0] is x and memo[1] == version:
+        if (
+            versions is not None
+            and memo is not None
+            and memo[0] is x
+            and memo[1] == (*versions, memo[2]._version)
+        ):
             return memo[2]
         xt = self._whiten(x)
-        self._whitened = (x, version, xt)
+        keep = versions is not None and not xt.is_inference()
+        self._whitened = (x, (*versions, xt._version), xt) if keep else None
         return xt
 
     def _whiten(self, x: torch.Tensor | SparseRows) -> torch.Tensor:
