@@ -243,8 +243,9 @@ class TreeSampler(Sampler):
         ):
             return memo[2]
         xt = self._whiten(x)
-        keep = versions is not None and not xt.is_inference()
-        self._whitened = (x, (*versions, xt._version), xt) if keep else None
+        self._whitened = None
+        if versions is not None and not xt.is_inference():
+            self._whitened = (x, (*versions, xt._version), xt)
         return xt
 
     def _whiten(self, x: torch.Tensor | SparseRows) -> torch.Tensor:
