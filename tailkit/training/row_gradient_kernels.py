@@ -22,28 +22,11 @@ import numba
 import numpy as np
 
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.grouping import group_by
 
 #: Gathered rows per parallel task: each task allocates one scratch row (an allocation per
 #: row cost more than the sums at 16,000 rows).
 _ROWS_PER_TASK = 256
-
-
-@numba.njit(cache=True)
-def _grouped(index, rows):
-    """Positions 0 … N − 1 grouped by ``index`` value, in position order within a group: the
-    ``order`` (N,) and each group's ``starts`` (rows + 1,), by a stable counting sort."""
-    starts = np.zeros(rows + 1, dtype=np.int64)
-    for p in range(index.shape[0]):
-        starts[index[p] + 1] += 1
-    for u in range(rows):
-        starts[u + 1] += starts[u]
-    order = np.empty(index.shape[0], dtype=np.int64)
-    fill = starts[:rows].copy()
-    for p in range(index.shape[0]):
-        u = index[p]
-        order[fill[u]] = p
-        fill[u] += 1
-    return order, starts
 
 
 @numba.njit(parallel=True, cache=True)
@@ -55,8 +38,8 @@ def per_example_rows_gradient(z, grad_pos, grad_neg, pos_idx, neg_idx, grad_weig
     negatives in flat order (and likewise without z for the bias)."""
     rows, d = grad_weight.shape
     m = neg_idx.shape[1]
-    pos_order, pos_starts = _grouped(pos_idx, rows)
-    neg_order, neg_starts = _grouped(neg_idx.reshape(-1), rows)
+    pos_order, pos_starts = group_by(pos_idx, rows)
+    neg_order, neg_starts = group_by(neg_idx.reshape(-1), rows)
     zero = grad_weight.dtype.type(0.0)
     blocks = (rows + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
     for block in numba.prange(blocks):

@@ -48,6 +48,7 @@ import numba
 import numpy as np
 
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.grouping import group_by
 
 #: The bias of a node that routes everything right (reference: 1000): σ(1000) == 1 in floating
 #: point, so the padding side gets probability 0 and log p of a real label loses nothing.
@@ -403,22 +404,6 @@ def _fit_node(x, local_label, n_labels, leaves, reg, rule, max_rounds, max_iter,
 # --- one level ---------------------------------------------------------------------------------
 
 
-@numba.njit(cache=True)
-def _group_by(keys, num_keys):
-    """Counting sort: (order, start) with order[start[j]:start[j+1]] the indices of key j."""
-    start = np.zeros(num_keys + 1, dtype=np.int64)
-    for i in range(keys.shape[0]):
-        start[keys[i] + 1] += 1
-    for j in range(num_keys):
-        start[j + 1] += start[j]
-    fill = start[:-1].copy()
-    order = np.empty(keys.shape[0], dtype=np.int64)
-    for i in range(keys.shape[0]):
-        order[fill[keys[i]]] = i
-        fill[keys[i]] += 1
-    return order, start
-
-
 def _fit_level(
     pool, threads, x, labels, label_node, level, depth, reg, rule, max_rounds, max_iter, w, b
 ):
@@ -434,8 +419,8 @@ def _fit_level(
     first = 1 << level
     count = first
     leaves = 1 << (depth - level)
-    point_order, point_start = _group_by(label_node[labels] - first, count)
-    label_order, label_start = _group_by(label_node - first, count)
+    point_order, point_start = group_by(label_node[labels] - first, count)
+    label_order, label_start = group_by(label_node - first, count)
     local = np.empty(label_node.shape[0], dtype=np.int64)
     rounds = np.zeros(count, dtype=np.int64)
     steps = np.zeros(count, dtype=np.int64)
