@@ -147,6 +147,27 @@ def unit_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     return out
 
 
+def _per_example_logits(
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    pos_idx: torch.Tensor,
+    neg_idx: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Positive logits (B,) and per-example negative logits (B, m) of the gathered rows
+    ``weight``/``bias`` at ``pos_idx`` (B,) and ``neg_idx`` (B, m), and the positives' and the
+    negatives' rows (B, d) and (B, m, d). index_select, not weight[idx]: the backward of
+    advanced indexing (index_put_ with accumulate) sums a repeated row's gradients in an order
+    that depends on thread scheduling on CPU, so two runs would differ in the last bits;
+    index_select's (index_add_) does not."""
+    w_pos = weight.index_select(0, pos_idx)
+    pos = (z * w_pos).sum(-1) + bias.index_select(0, pos_idx)
+    flat = neg_idx.reshape(-1)
+    w = weight.index_select(0, flat).view(*neg_idx.shape, weight.shape[1])
+    neg = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + bias.index_select(0, flat).view(neg_idx.shape)
+    return pos, neg, w_pos, w
+
+
 class _PerExampleScores(torch.autograd.Function):
     """The positive logits (B,) and per-example negative logits (B, m) of the gathered rows
     ``weight`` (rows, d) and ``bias`` (rows,), as the torch ops of :meth:`OutputLayer.sampled`
@@ -167,13 +188,7 @@ class _PerExampleScores(torch.autograd.Function):
         pos_idx: torch.Tensor,
         neg_idx: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        w_pos = weight.index_select(0, pos_idx)
-        pos = (z * w_pos).sum(-1) + bias.index_select(0, pos_idx)
-        flat = neg_idx.reshape(-1)
-        w = weight.index_select(0, flat).view(*neg_idx.shape, weight.shape[1])  # (B, m, d)
-        neg = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + bias.index_select(0, flat).view(
-            neg_idx.shape
-        )
+        pos, neg, w_pos, w = _per_example_logits(z, weight, bias, pos_idx, neg_idx)
         ctx.rows = weight.shape[0]
         ctx.save_for_backward(z, w_pos, w, pos_idx, neg_idx)
         return pos, neg
@@ -444,26 +459,18 @@ class OutputLayer:
         if self.cosine_scale is not None:
             z, weight = self._cosine(z, weight)
             bias = torch.zeros_like(bias)
-        # index_select, not weight[idx]: the backward of advanced indexing (index_put_ with
-        # accumulate) sums a repeated row's gradients in an order that depends on thread
-        # scheduling on CPU, so two runs differ in the last bits; index_select's (index_add_)
-        # does not.
-        if neg.dim() == 2 and _compiled_rows_gradient(z, weight, bias):
-            pos, negative = _PerExampleScores.apply(
-                z, weight, bias, pos_idx.contiguous(), neg_idx.contiguous()
-            )
+        if neg.dim() == 2:
+            if _compiled_rows_gradient(z, weight, bias):
+                pos_idx, neg_idx = pos_idx.contiguous(), neg_idx.contiguous()
+                pos, negative = _PerExampleScores.apply(z, weight, bias, pos_idx, neg_idx)
+            else:
+                pos, negative, _, _ = _per_example_logits(z, weight, bias, pos_idx, neg_idx)
             return SampledLogits(pos, negative, per_row_hits(neg, labels), rows)
+        # index_select, not weight[idx]: as in _per_example_logits
         pos = (z * weight.index_select(0, pos_idx)).sum(-1) + bias.index_select(0, pos_idx)
-        flat = neg_idx.reshape(-1)
-        w, b = weight.index_select(0, flat), bias.index_select(0, flat).view(neg_idx.shape)
-        if neg.dim() == 1:
-            negative = torch.addmm(b, z, w.t())
-            hits = shared_hits(neg, labels)
-        else:
-            w = w.view(*neg_idx.shape, weight.shape[1])  # (B, m, d)
-            negative = torch.bmm(w, z.unsqueeze(-1)).squeeze(-1) + b
-            hits = per_row_hits(neg, labels)
-        return SampledLogits(pos, negative, hits, rows)
+        w, b = weight.index_select(0, neg_idx), bias.index_select(0, neg_idx)
+        negative = torch.addmm(b, z, w.t())
+        return SampledLogits(pos, negative, shared_hits(neg, labels), rows)
 
     def scores(self, z: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Scores of labels [start, stop) for embeddings z, as training sees them, no autograd."""
