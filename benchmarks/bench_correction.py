@@ -19,7 +19,11 @@ at d = 256.
 Timed with malloc as the `tailkit` command runs the evaluate stage (tailkit/allocator.py): a
 fresh (rows × chunk) block of scores is then reused, not faulted in anew.
 
-The tree is random (tailkit.testing.trees): its evaluation cost depends on C and k only.
+The tree has random weights in the shape a fit gives it (tailkit.testing.trees, fitted_shape):
+its evaluation cost depends on C and k only, and on that shape, since the kernel skips the
+one-label nodes of the last level a fit leaves (tree_kernels.kernel_layout). Before
+2026-11-28 the bench put labels on random leaves instead, which made the tree cost ~25 % more
+at C = 10^4 and 10^5 than a fitted one.
 Timings on shared machines move by ±40 %: read the ratios, which come from the same run.
 """
 
@@ -59,7 +63,7 @@ def measure(
 ) -> dict[str, float]:
     torch.manual_seed(0)
     rows = rows or _rows(num_classes, dim)
-    sampler = random_tree(num_classes, dim).to(device)
+    sampler = random_tree(num_classes, dim, fitted_shape=True).to(device)
     layer = OutputLayer(num_classes, dim, device=device, generator=torch.Generator().manual_seed(0))
     encoder = Linear(dim).to(device)
     x = torch.randn(rows, dim)

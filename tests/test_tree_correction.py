@@ -171,7 +171,8 @@ def test_kernel_layout_places_every_node_where_the_kernels_read_it() -> None:
     weight = np.stack([np.arange((1 << depth) - 1), -np.arange((1 << depth) - 1)], 1)
     bias = np.arange((1 << depth) - 1, dtype=np.float32) + 0.5
     label_of_leaf = sampler._table("label_of_leaf").numpy()
-    weight_k, bias_k, slot, first_out = kernel_layout(weight, bias, label_of_leaf, depth)
+    layout = kernel_layout(weight, bias, label_of_leaf, depth)
+    weight_k, bias_k, slot, first_out = layout[:4]
     assert weight_k.shape == (2, 1 << depth) and weight_k.flags.c_contiguous
     for node in range(0, (1 << depth) - 1, 7):
         level = (node + 1).bit_length() - 1
@@ -186,7 +187,11 @@ def test_kernel_layout_places_every_node_where_the_kernels_read_it() -> None:
         assert bias_k[at] == node + 0.5
     leaves = np.flatnonzero(label_of_leaf >= 0)
     assert slot.dtype == np.uint32
-    assert slot.tolist() == [_reversed_bits(int(leaf) % (1 << sub), sub) for leaf in leaves]
+    # the leaf's place in its subtree's heap: leaves start at 2^S, bit-reversed (no node of
+    # these weights passes through: only node 0 has w = 0, and it is no leaf's parent)
+    assert slot.tolist() == [
+        (1 << sub) + _reversed_bits(int(leaf) % (1 << sub), sub) for leaf in leaves
+    ]
     per_subtree = [int(((leaves >> sub) == r).sum()) for r in range(1 << top)]
     assert first_out.tolist() == [0, *np.cumsum(per_subtree).tolist()]
 
@@ -251,3 +256,111 @@ def test_the_cpu_chunk_cap_moves_only_the_log_partition(monkeypatch, corrected) 
         # absolute as well as relative: a log-partition near 0 carries the rounding of the
         # chunks' own log-sum-exps, values of order 1
         torch.testing.assert_close(got.log_partition, want.log_partition, rtol=1e-6, atol=1e-6)
+
+
+def _leaves_of_every_subtree(sampler, x, pass_through=True):
+    """tree_kernels.subtree_leaves over all labels, in leaf order (B, C), with the sampler's
+    kernel layout, or with one that computes every last-level node (``pass_through=False``)."""
+    import numba
+
+    from tailkit.plugins.samplers.tree_kernels import kernel_layout, subtree_leaves, subtree_roots
+
+    t = sampler._kernel_tables()
+    if not pass_through:
+        tables = (sampler._table(name).numpy() for name in ("weight", "bias", "label_of_leaf"))
+        t = kernel_layout(*tables, sampler.depth, pass_through=False)
+    xt = sampler.whiten(x).numpy()
+    roots = np.empty((xt.shape[0], t.first_out.shape[0] - 1), dtype=np.float32)
+    subtree_roots(xt, t.weight, t.bias, sampler.depth, roots)
+    out = np.empty((xt.shape[0], sampler.num_classes), dtype=np.float32)
+    subtree_leaves(
+        xt, t.weight, t.bias, sampler.depth, roots, 0, roots.shape[1], t.slot, t.first_out,
+        t.computed, t.delta, out,
+        np.empty((0, 0), dtype=np.float32), numba.get_num_threads(),
+    )  # fmt: skip
+    return out
+
+
+def _deterministic(sampler):
+    """The same tree with every w = 0 and b = ±1000 or more: each node routes one way whatever
+    x, every log σ is a constant, and the leaves' log p are sums of terms of ~1e-18, where a
+    pass-through child's constant shows in the last bits."""
+    state = sampler.state_dict()
+    g = torch.Generator().manual_seed(7)
+    weight, bias = state["weight"].clone(), state["bias"].clone()
+    live = weight.abs().sum(dim=1) > 0
+    weight[live] = 0.0
+    sign = torch.where(torch.rand(int(live.sum()), generator=g) < 0.5, 1.0, -1.0)
+    bias[live] = sign * (1000.0 + 1000.0 * torch.rand(int(live.sum()), generator=g))
+    state["weight"], state["bias"] = weight, bias
+    sampler.load_state_dict(state)
+    return sampler
+
+
+def _scattered_pass_through(sampler):
+    """The same tree with every one-label node of the last level routing right with w = 0
+    and b = +1000, as a fit's are, wherever its label is: pass-through nodes inside the
+    computed ranges, and on either side."""
+    state = sampler.state_dict()
+    depth = sampler.depth
+    labelled = (state["label_of_leaf"] >= 0).reshape(-1, 2)
+    one = torch.nonzero(labelled.sum(dim=1) == 1).squeeze(1) + (1 << (depth - 1)) - 1
+    state["weight"] = state["weight"].clone()
+    state["bias"] = state["bias"].clone()
+    state["weight"][one] = 0.0
+    state["bias"][one] = 1000.0
+    sampler.load_state_dict(state)
+    return sampler
+
+
+@pytest.mark.parametrize("num_classes", [3, 1000, 4097, 70_001, 100_000])
+@pytest.mark.parametrize("shape", ["fitted", "deterministic", "scattered"])
+def test_pass_through_nodes_give_the_bits_of_the_whole_last_level(num_classes, shape):
+    """A fitted tree's one-label nodes of the last level (w = 0, b = +1000) are not computed:
+    their child is the parent plus a constant. Bit for bit what computing every node of that
+    level gives, for trees of the fit's shape; for the same trees routed deterministically,
+    where the constant moves the sums' last bits; and for labels on random leaves with such
+    nodes anywhere, some inside the range the kernel computes (computed there as any node)."""
+    from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH
+
+    fitted = shape != "scattered"
+    sampler = random_tree(num_classes, 6, k=4, seed=num_classes, fitted_shape=fitted)
+    if shape == "deterministic":
+        sampler = _deterministic(sampler)
+    if shape == "scattered":
+        sampler = _scattered_pass_through(sampler)
+    t = sampler._kernel_tables()
+    width = 1 << (min(sampler.depth, SUBTREE_DEPTH) - 1)
+    lo, hi = t.computed[:, 0], t.computed[:, 1]
+    if fitted:
+        # the two-label parents, C − 2^(D−1) of them, are one run at each subtree's end
+        assert ((hi == width) | (lo == hi)).all()
+        assert int((hi - lo).sum()) == num_classes - (1 << (sampler.depth - 1))
+    x = torch.randn(37, 6, generator=torch.Generator().manual_seed(3))  # 37: a short group
+    skipping = _leaves_of_every_subtree(sampler, x)
+    whole = _leaves_of_every_subtree(sampler, x, pass_through=False)
+    assert np.array_equal(skipping.view(np.int32), whole.view(np.int32))
+    if shape == "deterministic":
+        assert (np.abs(skipping[skipping > -1]) < 1e-15).any()  # the tiny sums were there
+
+
+def test_a_fitted_tree_has_its_one_label_nodes_where_the_kernel_skips_them() -> None:
+    """tree_fit's own trees: a one-label node has w = 0 exactly, and the two-label nodes of
+    the last level are one run at the end of each subtree's part of it, so the kernel skips
+    every other node; the result is what the whole level gives, bit for bit."""
+    from tailkit.plugins.samplers.tree import TreeSampler
+
+    num_classes, dim = 300, 5  # 512 leaves: 212 of the 256 parents hold one label
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(num_classes).repeat(8)
+    x = torch.randn(num_classes, dim, generator=g)[y] + 0.3 * torch.randn(y.numel(), dim)
+    sampler = TreeSampler(k=4)
+    sampler.fit(x, y, num_classes)
+    t = sampler._kernel_tables()
+    width = 1 << (sampler.depth - 1)
+    assert t.computed.tolist() == [[width - (num_classes - width), width]]
+    rows = x[:29]
+    skipping = _leaves_of_every_subtree(sampler, rows)
+    whole = _leaves_of_every_subtree(sampler, rows, pass_through=False)
+    assert np.array_equal(skipping.view(np.int32), whole.view(np.int32))
+    assert torch.equal(sampler.log_prob_all_ordered(rows), torch.from_numpy(skipping))

@@ -10,7 +10,7 @@ under the data), and the main model's scores ξ_y(x) + log p_n(y|x) are unbiased
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ from tailkit.components import CorrectionColumns, Sampler, TableColumns, inverse
 from tailkit.progress import notice
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
+
+if TYPE_CHECKING:
+    from tailkit.plugins.samplers.tree_kernels import KernelLayout
 
 # numba and scikit-learn (~2 s of imports) are imported where they are used, not here: every
 # `tailkit` command registers this sampler, and most never fit or draw from a tree.
@@ -33,15 +36,6 @@ def _versions(x: torch.Tensor | SparseRows) -> tuple[int, ...] | None:
     if any(t.is_inference() for t in parts):
         return None
     return tuple(t._version for t in parts)
-
-
-class _KernelTables(NamedTuple):
-    """The tree in the order of the CPU all-leaves kernels (tree_kernels.kernel_layout)."""
-
-    weight: np.ndarray  # (k, 2^D) node weights, transposed, in kernel order
-    bias: np.ndarray  # (2^D,)
-    slot: np.ndarray  # (C,) each labelled leaf's slot among its subtree's leaves
-    first_out: np.ndarray  # (roots + 1,) the first column of each bottom subtree
 
 
 class _SubtreeColumns(CorrectionColumns):
@@ -69,6 +63,8 @@ class _SubtreeColumns(CorrectionColumns):
         return self._expand(start, stop, scores.contiguous().numpy())
 
     def _expand(self, start: int, stop: int, plus: np.ndarray | None) -> torch.Tensor:
+        import numba
+
         from tailkit.plugins.samplers.tree_kernels import subtree_leaves
 
         s = self.sampler
@@ -88,8 +84,11 @@ class _SubtreeColumns(CorrectionColumns):
             r_hi,
             t.slot,
             bounds,
+            t.computed,
+            t.delta,
             out,
             np.empty((0, 0), dtype=np.float32) if plus is None else plus,
+            numba.get_num_threads(),
         )
         s.leaf_columns += out.size
         return torch.from_numpy(out[:, start - lo : stop - lo])
@@ -140,7 +139,7 @@ class TreeSampler(Sampler):
         # the last input whitened, its version and x̃: a step whitens its batch for the draws
         # and again for the positives' log q (see whiten)
         self._whitened: tuple[Any, tuple[int, ...], torch.Tensor] | None = None
-        self._kernel: _KernelTables | None = None  # the all-leaves kernels' tables
+        self._kernel: KernelLayout | None = None  # the all-leaves kernels' tables
         self._order: torch.Tensor | None = None
         self._position: torch.Tensor | None = None  # inverse of _order
         self.leaf_columns = 0
@@ -454,18 +453,16 @@ class TreeSampler(Sampler):
         """Rows whose whole tree was evaluated: ``leaf_columns`` / C."""
         return self.leaf_columns / max(self.num_classes, 1)
 
-    def _kernel_tables(self) -> _KernelTables:
+    def _kernel_tables(self) -> KernelLayout:
         """The CPU all-leaves kernels' tables (tree_kernels.kernel_layout), built once per tree."""
         if self._kernel is None:
             from tailkit.plugins.samplers.tree_kernels import kernel_layout
 
-            self._kernel = _KernelTables(
-                *kernel_layout(
-                    self._table("weight").numpy(),
-                    self._table("bias").numpy(),
-                    self._table("label_of_leaf").numpy(),
-                    self.depth,
-                )
+            self._kernel = kernel_layout(
+                self._table("weight").numpy(),
+                self._table("bias").numpy(),
+                self._table("label_of_leaf").numpy(),
+                self.depth,
             )
         return self._kernel
 
