@@ -258,9 +258,10 @@ def test_the_cpu_chunk_cap_moves_only_the_log_partition(monkeypatch, corrected) 
         torch.testing.assert_close(got.log_partition, want.log_partition, rtol=1e-6, atol=1e-6)
 
 
-def _leaves_of_every_subtree(sampler, x, pass_through=True):
+def _leaves_of_every_subtree(sampler, x, pass_through=True, threads=None):
     """tree_kernels.subtree_leaves over all labels, in leaf order (B, C), with the sampler's
-    kernel layout, or with one that computes every last-level node (``pass_through=False``)."""
+    kernel layout, or with one that computes every node of the last level, as the kernel did
+    before it skipped any (``pass_through=False``)."""
     import numba
 
     from tailkit.plugins.samplers.tree_kernels import kernel_layout, subtree_leaves, subtree_roots
@@ -272,11 +273,11 @@ def _leaves_of_every_subtree(sampler, x, pass_through=True):
     xt = sampler.whiten(x).numpy()
     roots = np.empty((xt.shape[0], t.first_out.shape[0] - 1), dtype=np.float32)
     subtree_roots(xt, t.weight, t.bias, sampler.depth, roots)
-    out = np.empty((xt.shape[0], sampler.num_classes), dtype=np.float32)
+    out = np.full((xt.shape[0], sampler.num_classes), np.nan, dtype=np.float32)  # none left
     subtree_leaves(
         xt, t.weight, t.bias, sampler.depth, roots, 0, roots.shape[1], t.slot, t.first_out,
         t.computed, t.delta, out,
-        np.empty((0, 0), dtype=np.float32), numba.get_num_threads(),
+        np.empty((0, 0), dtype=np.float32), threads or numba.get_num_threads(),
     )  # fmt: skip
     return out
 
@@ -297,38 +298,44 @@ def _deterministic(sampler):
     return sampler
 
 
-def _scattered_pass_through(sampler):
-    """The same tree with every one-label node of the last level routing right with w = 0
-    and b = +1000, as a fit's are, wherever its label is: pass-through nodes inside the
-    computed ranges, and on either side."""
+def _ordinary_biases_where_one_label(sampler):
+    """The same tree with w = 0 at every one-label node of the last level, wherever its label
+    is (in a tree of the fit's shape, outside the computed ranges; in a scattered one, inside
+    them too). Their biases are ordinary (normal, scale 3, a few of ±1000 and ±0), so log σ(±b) is no clamped
+    constant and must come out of kernel_layout as the kernel itself forms it."""
     state = sampler.state_dict()
     depth = sampler.depth
     labelled = (state["label_of_leaf"] >= 0).reshape(-1, 2)
     one = torch.nonzero(labelled.sum(dim=1) == 1).squeeze(1) + (1 << (depth - 1)) - 1
+    g = torch.Generator().manual_seed(11)
+    bias = 3.0 * torch.randn(one.numel(), generator=g)
+    bias[::7], bias[1::7], bias[2::11], bias[3::11] = 1000.0, -1000.0, 0.0, -0.0
     state["weight"] = state["weight"].clone()
     state["bias"] = state["bias"].clone()
     state["weight"][one] = 0.0
-    state["bias"][one] = 1000.0
+    state["bias"][one] = bias
     sampler.load_state_dict(state)
     return sampler
 
 
 @pytest.mark.parametrize("num_classes", [3, 1000, 4097, 70_001, 100_000])
-@pytest.mark.parametrize("shape", ["fitted", "deterministic", "scattered"])
+@pytest.mark.parametrize("shape", ["fitted", "deterministic", "biased", "scattered"])
 def test_pass_through_nodes_give_the_bits_of_the_whole_last_level(num_classes, shape):
     """A fitted tree's one-label nodes of the last level (w = 0, b = +1000) are not computed:
     their child is the parent plus a constant. Bit for bit what computing every node of that
     level gives, for trees of the fit's shape; for the same trees routed deterministically,
-    where the constant moves the sums' last bits; and for labels on random leaves with such
-    nodes anywhere, some inside the range the kernel computes (computed there as any node)."""
+    where the constant moves the sums' last bits; for the fit's shape with ordinary biases at
+    the one-label nodes (their log σ from kernel_layout, not a clamped constant); and for
+    labels on random leaves with such nodes anywhere, some inside the range the kernel
+    computes (computed there as any node)."""
     from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH
 
     fitted = shape != "scattered"
     sampler = random_tree(num_classes, 6, k=4, seed=num_classes, fitted_shape=fitted)
     if shape == "deterministic":
         sampler = _deterministic(sampler)
-    if shape == "scattered":
-        sampler = _scattered_pass_through(sampler)
+    if shape in ("biased", "scattered"):
+        sampler = _ordinary_biases_where_one_label(sampler)
     t = sampler._kernel_tables()
     width = 1 << (min(sampler.depth, SUBTREE_DEPTH) - 1)
     lo, hi = t.computed[:, 0], t.computed[:, 1]
@@ -337,6 +344,10 @@ def test_pass_through_nodes_give_the_bits_of_the_whole_last_level(num_classes, s
         assert ((hi == width) | (lo == hi)).all()
         assert int((hi - lo).sum()) == num_classes - (1 << (sampler.depth - 1))
     x = torch.randn(37, 6, generator=torch.Generator().manual_seed(3))  # 37: a short group
+    if shape == "scattered":  # more pass-through nodes than the ranges leave out: some inside
+        last = sampler._table("weight")[(1 << (sampler.depth - 1)) - 1 :]
+        passing = int((last == 0).all(dim=1).sum())
+        assert passing > last.shape[0] - int((hi - lo).sum()) or num_classes < 1000
     skipping = _leaves_of_every_subtree(sampler, x)
     whole = _leaves_of_every_subtree(sampler, x, pass_through=False)
     assert np.array_equal(skipping.view(np.int32), whole.view(np.int32))
@@ -363,4 +374,18 @@ def test_a_fitted_tree_has_its_one_label_nodes_where_the_kernel_skips_them() -> 
     skipping = _leaves_of_every_subtree(sampler, rows)
     whole = _leaves_of_every_subtree(sampler, rows, pass_through=False)
     assert np.array_equal(skipping.view(np.int32), whole.view(np.int32))
-    assert torch.equal(sampler.log_prob_all_ordered(rows), torch.from_numpy(skipping))
+    # and through the sampler's own call (tree.py hands the kernel its tables)
+    assert torch.equal(sampler.log_prob_all_ordered(rows), torch.from_numpy(whole))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 37, 130, 1921])
+def test_every_row_group_is_expanded_once_however_the_blocks_are_cut(rows) -> None:
+    """subtree_leaves cuts a call's row groups into near-equal blocks, as many as a multiple
+    of the threads it is told of: every row comes out, with the same bits, for any count."""
+    sampler = random_tree(9_000, 6, k=4, seed=1, fitted_shape=True)
+    x = torch.randn(rows, 6, generator=torch.Generator().manual_seed(rows))
+    first = _leaves_of_every_subtree(sampler, x, threads=1)
+    assert np.isfinite(first).all() and (first <= 0).all()
+    for threads in (2, 3, 7, 64):
+        again = _leaves_of_every_subtree(sampler, x, threads=threads)
+        assert np.array_equal(first.view(np.int32), again.view(np.int32))

@@ -30,18 +30,23 @@ def random_tree(
     """A :class:`TreeSampler` over ``num_classes`` labels for ``dim``-dim inputs, k-dim routing."""
     g = torch.Generator().manual_seed(seed)
     depth = tree_depth(num_classes)
-    weight = torch.randn((1 << depth) - 1, k, generator=g)
-    bias = torch.randn((1 << depth) - 1, generator=g)
     if fitted_shape:
         counts = _balanced_counts(num_classes, depth)
-        nodes = torch.cat(counts[:-1])  # heap order
-        weight[nodes < 2] = 0.0
-        bias[nodes < 2] = 0.0
-        bias[nodes == 1] = ROUTE_RIGHT
         filled = counts[-1].nonzero().squeeze(1)
         leaves = filled[torch.randperm(num_classes, generator=g)]
     else:
         leaves = torch.randperm(1 << depth, generator=g)[:num_classes]
+    # drawn in the order this function always drew them: a seed's scattered tree is the one
+    # that earlier benchmarks and tests measured
+    mean = torch.randn(dim, generator=g)
+    transform = torch.randn(k, dim, generator=g) / dim**0.5
+    weight = torch.randn((1 << depth) - 1, k, generator=g)
+    bias = torch.randn((1 << depth) - 1, generator=g)
+    if fitted_shape:
+        nodes = torch.cat(counts[:-1])  # heap order
+        weight[nodes < 2] = 0.0
+        bias[nodes < 2] = 0.0
+        bias[nodes == 1] = ROUTE_RIGHT
     label_of_leaf = torch.full((1 << depth,), -1, dtype=torch.int64)
     label_of_leaf[leaves] = torch.arange(num_classes)
     sampler = TreeSampler(k=k)
@@ -49,8 +54,8 @@ def random_tree(
         {
             "num_classes": num_classes,
             "depth": depth,
-            "mean": torch.randn(dim, generator=g),
-            "transform": torch.randn(k, dim, generator=g) / dim**0.5,
+            "mean": mean,
+            "transform": transform,
             "weight": weight,
             "bias": bias,
             "leaf_of_label": leaves,

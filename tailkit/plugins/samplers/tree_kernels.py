@@ -27,7 +27,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import EXACT_ENOUGH, exp_neg_f32, softplus_neg_f32
+from tailkit.fastmath import EXACT_ENOUGH, exp_neg_f32, log_sigmoid_array, softplus_neg_f32
 from tailkit.vector_width import prefer_512_bit_vectors
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
@@ -235,7 +235,8 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 #   subtree's 2,048 last-level nodes computed) and 10^5 (1,077) the correction costs ~25 %
 #   less, at 10^6 (1,858) a few percent; the same bits (tests compare the whole level's);
 # * row blocks near-equal and a multiple of the threads in number (an odd count of 16-group
-#   blocks left one core idle for a block's time: 5 blocks at 625 rows).
+#   blocks left one core idle for a block's time: a 312-row tile, one of two that
+#   bench_correction's 625 rows make at C = 10^5, was 5 blocks of up to 16 groups, now 6 of 13).
 
 _ZERO = np.float32(0.0)
 
@@ -292,9 +293,10 @@ def kernel_layout(
 
     The last level of nodes (the leaves' parents) is where a fitted tree's padding sits: its
     balanced splits leave 1 or 2 labels under each, and a one-label node routes right with
-    w = 0, b = +1000 (tree_fit.py). Such a *pass-through* node's logit is b whatever x, so its
-    labelled child is parent + a constant log σ (``delta``, by position in the level) and
-    needs no dot product and no log σ; a node with no labelled child needs nothing. In kernel
+    w = 0, b = +1000 (tree_fit.py). Such a *pass-through* node's logit is b for every finite x
+    (an infinite x̃ would make 0·x̃ NaN in the full computation), so its labelled child is
+    parent + a constant log σ (``delta``, by position in the level) and needs no dot product
+    and no log σ; a node with no labelled child needs nothing. In kernel
     order (bit-reversed) a fitted tree's two-label nodes are one run at the end of each
     subtree's part of the level, so the kernel computes the positions ``computed[r]`` = [lo,
     hi) of subtree r, the smallest range holding every node that is neither, as it computes a
@@ -302,9 +304,10 @@ def kernel_layout(
 
     ``slot`` is each labelled leaf's index in its subtree's row heap, in leaf order (the column
     order of the correction): 2^S + p for the left child of the node at position p of the last
-    level and for a pass-through child, 2^S + 2^(S−1) + p for a right child (S the subtree
-    depth). ``first_out`` is the first column of each subtree. ``pass_through=False`` computes
-    every last-level node that has a labelled child (tests compare the two).
+    level and for a pass-through child outside ``computed``, 2^S + 2^(S−1) + p for any other
+    right child (S the subtree depth). ``first_out`` is the first column of each subtree.
+    ``pass_through=False`` computes every node of the last level, as the kernel did before
+    (tests compare the two).
     """
     sub = min(depth, SUBTREE_DEPTH)
     top = depth - sub
@@ -334,7 +337,7 @@ def kernel_layout(
     parent = (1 << (depth - 1)) - 1 + np.arange(1 << (depth - 1), dtype=np.int64)  # heap ids
     labelled = (label_of_leaf >= 0).reshape(-1, 2)  # (left, right) child of each
     halves = np.empty((2, parent.size), dtype=np.float32)
-    log_sigmoid_pairs(np.asarray(bias, dtype=np.float32)[parent], halves)
+    log_sigmoid_array(np.asarray(bias, dtype=np.float32)[parent], halves)  # the kernel's form
     passes = ~np.asarray(weight)[parent].any(axis=1) & (labelled.sum(axis=1) == 1)
     passes &= pass_through
     needed = labelled.any(axis=1) & ~passes
@@ -348,6 +351,8 @@ def kernel_layout(
     np.minimum.at(lo, r_of[needed], p_of[needed])
     np.maximum.at(hi, r_of[needed], p_of[needed] + 1)
     lo = np.minimum(lo, hi)  # a subtree with nothing to compute: an empty range
+    if not pass_through:
+        lo[:], hi[:] = 0, width
     outside = passes & ((p_of < lo[r_of]) | (p_of >= hi[r_of]))  # inside: computed as any
     leaf = np.flatnonzero(label_of_leaf >= 0)
     pair, right = leaf >> 1, leaf & 1
@@ -435,18 +440,6 @@ def _expand_level(xg, weight_k, bias_k, first, width, heap, z):
     _expand(xg, weight_k, bias_k, first, width, parents, left, right, z)
 
 
-@numba.njit(cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
-def log_sigmoid_pairs(z, out):
-    """(log σ(z), log σ(−z)) of a float32 array → ``out`` (2, n), formed as the kernels' node
-    expansion forms them: :func:`kernel_layout`'s constant log σ of a node with w = 0."""
-    prefer_512_bit_vectors()  # as the kernels that add them are compiled
-    for i in range(z.shape[0]):
-        zz = z[i]
-        sp = softplus_neg_f32(abs(zz))
-        out[0, i] = min(zz, _ZERO) - sp
-        out[1, i] = min(-zz, _ZERO) - sp
-
-
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
 def subtree_roots(x, weight_k, bias_k, depth, out):
     """log p(node | x) of the roots of the bottom subtrees (the nodes of level
@@ -504,21 +497,24 @@ def subtree_leaves(
     # CPU chunk of 4,096 labels is one), too few to keep every core busy on their own. The
     # blocks are near-equal and a multiple of the threads in number: 78 groups in blocks of
     # 16 would be 5 tasks, 3 on one thread while the other waits after 2
+    threads = max(threads, 1)
     blocks = (groups + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
     blocks = min(groups, (blocks + threads - 1) // threads * threads)
-    per_block = (groups + blocks - 1) // max(blocks, 1)
+    per_block, longer = divmod(groups, max(blocks, 1))  # the first ``longer`` take one more
     width = 1 << (sub - 1)
     for task in numba.prange((r_hi - r_lo) * blocks):
         prefer_512_bit_vectors()  # the same values at any width (tailkit/vector_width.py)
         r = r_lo + task // blocks
-        g_lo = (task % blocks) * per_block
+        block = task % blocks
+        g_lo = block * per_block + min(block, longer)
+        g_hi = g_lo + per_block + (1 if block < longer else 0)
         shift = delta[r]
         xg = np.empty((ROW_GROUP, x.shape[1]), dtype=np.float32)
         heap = np.empty((ROW_GROUP, 2 << sub), dtype=np.float32)
         z = np.empty((ROW_GROUP, width), dtype=np.float32)
         lo, hi = first_out[r], first_out[r + 1]
         slots = slot[lo:hi]
-        for g in range(g_lo, min(groups, g_lo + per_block)):
+        for g in range(g_lo, g_hi):
             _row_group(x, rows, g, xg)
             for s in range(ROW_GROUP):
                 heap[s, 1] = root_lp[min(g * ROW_GROUP + s, rows - 1), r]
