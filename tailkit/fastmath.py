@@ -211,8 +211,9 @@ def exp_nonpositive_array(t, out):
 
 @numba.njit(cache=True, error_model="numpy", fastmath=EXACT_ENOUGH)
 def log_sigmoid_array(z, out):
-    """(log σ(z), log σ(−z)) over a float32 array → ``out`` (2, n), for tests, as the kernels
-    form them: min(±z, 0) − log(1 + e^(−|z|)), both sides exact in form (no cancellation)."""
+    """(log σ(z), log σ(−z)) over a float32 array → ``out`` (2, n), as the kernels form them:
+    min(±z, 0) − log(1 + e^(−|z|)), both sides exact in form (no cancellation). The tests
+    check it; the tree's kernel layout takes a pass-through node's constant from it."""
     for i in range(z.shape[0]):
         sp = softplus_neg_f32(abs(z[i]))
         out[0, i] = min(z[i], _ZERO) - sp

@@ -540,7 +540,7 @@ def subtree_leaves(
                 )  # fmt: skip
             for s in range(min(ROW_GROUP, rows - g * ROW_GROUP)):
                 i = g * ROW_GROUP + s
-                leaves = heap[s, 0:]
+                leaves = heap[s]  # slot indexes the row heap from 0
                 row = out[i, lo - offset : hi - offset]
                 if adding:
                     add = plus[i, lo - offset : hi - offset]
