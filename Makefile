@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export DVC_STUDIO_OFFLINE := true
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install repro test lint bench clean
+.PHONY: install repro test lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -40,6 +40,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_step.py
+
+# On a lent GPU machine: its own python3 (CUDA's torch), not this venv (benchmarks/gpu_check.sh).
+gpu-check:
+	bash benchmarks/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) data .dvc/tmp .dvc/cache
