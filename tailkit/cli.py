@@ -30,6 +30,7 @@ from tailkit.registry import (
     get_registry,
     unknown_component,
 )
+from tailkit.stage_address import keyed_name, seeded_name, stage_address
 
 params_option = click.option(
     "--params",
@@ -138,7 +139,8 @@ def subsample(params_path: Path, quiet: bool) -> None:
     "--features",
     "sets",
     multiple=True,
-    help="Key of params.featurize to write (repeatable; default: every feature set).",
+    help="Key of params.featurize to write (repeatable) [default: the DVC stage's (from "
+    "DVC_STAGE), or every feature set].",
 )
 @quiet_option
 def featurize(params_path: Path, sets: tuple[str, ...], quiet: bool) -> None:
@@ -146,6 +148,7 @@ def featurize(params_path: Path, sets: tuple[str, ...], quiet: bool) -> None:
     from tailkit.stages import featurize as stage
 
     context: tuple[Params, Layout, Registry] = _guard(lambda: _context(params_path, quiet))
+    sets = sets or _guard(lambda: _stage_keys("featurize", "--features", context[0].featurize))
     for key in sets or tuple(context[0].featurize):
         meta = _guard(partial(stage.run, *context, key))
         name = meta["featurize"]["name"]
@@ -159,14 +162,16 @@ def featurize(params_path: Path, sets: tuple[str, ...], quiet: bool) -> None:
     "keys",
     multiple=True,
     help="Key of params.samplers to fit (repeatable; `none`: the directory of experiments "
-    "without negatives) [default: every one, and none].",
+    "without negatives) [default: the DVC stage's (from DVC_STAGE), or every one, and none].",
 )
 @quiet_option
 def fit_sampler(params_path: Path, keys: tuple[str, ...], quiet: bool) -> None:
     """Fit the samplers named in params.samplers (dvc.yaml runs one per stage)."""
     from tailkit.stages import fit_sampler as stage
 
-    timings = _guard(lambda: stage.run(*_context(params_path, quiet), list(keys) or None))
+    context: tuple[Params, Layout, Registry] = _guard(lambda: _context(params_path, quiet))
+    keys = keys or _guard(lambda: _stage_keys("fit-sampler", "--sampler", context[0].samplers))
+    timings = _guard(lambda: stage.run(*context, list(keys) or None))
     fitted = ", ".join(f"{k} ({v['fit_seconds']:.2f} s)" for k, v in timings.items())
     _say(quiet, f"fit-sampler: {fitted or 'no samplers'}")
 
@@ -188,6 +193,51 @@ def _train_bar(name: str):
 
     return bar, update
 
+
+def _stage_keys(group: str, flag: str, names: Any) -> tuple[str, ...]:
+    """The key of the ``group@<key>`` DVC stage running this command, or () outside one (the
+    commands' default then covers every key)."""
+    found = stage_address()
+    if found is None or found[0] != group:
+        return ()
+    return (keyed_name(None, flag, {group: names}),)
+
+
+#: The DVC stage groups that run each training or evaluation command: (foreach groups over
+#: first-stage experiments, over decoupled runs; matrix groups over the same, with the seeds).
+_RUN_GROUPS = {
+    "train": (["train"], [], ["train-seed"], []),
+    "train-decoupled": ([], ["train-decoupled"], [], ["train-decoupled-seed"]),
+    "evaluate": (
+        ["evaluate"],
+        ["evaluate-decoupled"],
+        ["evaluate-seed"],
+        ["evaluate-decoupled-seed"],
+    ),
+}
+
+
+def _which_run(
+    params_path: Path, experiment: str | None, seed: int | None, command: str
+) -> tuple[str, int | None]:
+    """(experiment, seed) from the options, else from the DVC stage running this command
+    (tailkit/stage_address.py: dvc.yaml's commands carry no value from params.yaml)."""
+    if experiment is not None:
+        return experiment, seed
+    params = load_params(params_path)
+    firsts = [n for n, e in params.experiments.items() if not e.decoupled]
+    seconds = [n for n, e in params.experiments.items() if e.decoupled]
+    seeds = params.base.extra_seeds
+    first, second, first_seeded, second_seeded = _RUN_GROUPS[command]
+    single = {**dict.fromkeys(first, firsts), **dict.fromkeys(second, seconds)}
+    matrix = {
+        **dict.fromkeys(first_seeded, (firsts, seeds)),
+        **dict.fromkeys(second_seeded, (seconds, seeds)),
+    }
+    return seeded_name(None, None, "--experiment", single, matrix)
+
+
+experiment_help = "[default: the DVC stage's, from DVC_STAGE]"
 
 seed_option = click.option(
     "--seed",
@@ -223,26 +273,31 @@ def _quiet_rank(quiet: bool) -> bool:
 
 @cli.command()
 @params_option
-@click.option("--experiment", required=True, help="Key of params.experiments to train.")
+@click.option("--experiment", help=f"Key of params.experiments to train {experiment_help}.")
 @seed_option
 @quiet_option
-def train(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
+def train(params_path: Path, experiment: str | None, seed: int | None, quiet: bool) -> None:
     """Train one experiment (under torchrun when train.distributed asks for processes)."""
     from tailkit.stages import train as stage
 
+    experiment, seed = _guard(lambda: _which_run(params_path, experiment, seed, "train"))
     _run_under_torchrun(params_path)
     _train(stage.run, params_path, experiment, quiet, "train", seed)
 
 
 @cli.command("train-decoupled")
 @params_option
-@click.option("--experiment", required=True, help="Key of params.decoupled to train.")
+@click.option("--experiment", help=f"Key of params.decoupled to train {experiment_help}.")
 @seed_option
 @quiet_option
-def train_decoupled(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
+def train_decoupled(
+    params_path: Path, experiment: str | None, seed: int | None, quiet: bool
+) -> None:
     """Train the second stage of a decoupled run (cRT, tau-norm, LWS) on its first stage (with
     --seed: on the first stage's run with that seed)."""
     from tailkit.stages import train_decoupled as stage
+
+    experiment, seed = _guard(lambda: _which_run(params_path, experiment, seed, "train-decoupled"))
 
     _train(stage.run, params_path, experiment, quiet, "train-decoupled", seed)
 
@@ -276,13 +331,14 @@ def _train(
 
 @cli.command()
 @params_option
-@click.option("--experiment", required=True, help="Key of params.experiments to evaluate.")
+@click.option("--experiment", help=f"Key of params.experiments to evaluate {experiment_help}.")
 @seed_option
 @quiet_option
-def evaluate(params_path: Path, experiment: str, seed: int | None, quiet: bool) -> None:
+def evaluate(params_path: Path, experiment: str | None, seed: int | None, quiet: bool) -> None:
     """Evaluate one trained experiment on the test split."""
     from tailkit.stages import evaluate as stage
 
+    experiment, seed = _guard(lambda: _which_run(params_path, experiment, seed, "evaluate"))
     _run_under_torchrun(params_path)
     quiet = _quiet_rank(quiet)
 

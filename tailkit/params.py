@@ -30,7 +30,12 @@ RowSampling = Literal["instance", "class-balanced", "square-root", "progressive"
 # What a second stage does to the classifier of its first (Kang et al., ICLR 2020; see
 # tailkit/training/decoupled.py): re-train it, normalise its rows, or learn a scale per class.
 Classifier = Literal["crt", "tau-norm", "lws"]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# The names DVC can run: they become stage addresses (train@<name>), file names and params
+# keys, where DVC reads a '.' as nesting ("experiments.v1.0" is "missing"); matched whole, so
+# no trailing newline slips through.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+#: Names whose outputs would be a fixed stage's (metrics/seeds.json is the seeds stage's).
+RESERVED_NAMES = frozenset({"seeds"})
 
 
 #: Joins an experiment and a further seed into the name of that run's outputs
@@ -324,10 +329,17 @@ def _component(source: str, key: str, value: Any) -> dict[str, Any]:
 
 
 def _check_name(source: str, key: str, name: Any) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        shown = repr(name)
+        shown = shown if len(shown) <= 100 else shown[:100] + "…"
+        where = key.encode("unicode_escape").decode()[:100]  # one line, whatever the name holds
         raise InvalidParameterError(
-            f"{source}: {key}: name {name!r} must start with a letter or digit and contain "
-            "only letters, digits, '_', '-' and '.' (it becomes a DVC stage and file name)"
+            f"{source}: {where}: name {shown} must start with a letter or digit and hold "
+            "at most 100 letters, digits, '_' and '-' (it becomes a DVC stage and file name)"
+        )
+    if name in RESERVED_NAMES:
+        raise InvalidParameterError(
+            f"{source}: {key}: the name {name!r} is taken by a fixed stage's output; choose another"
         )
 
 
