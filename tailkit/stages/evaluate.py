@@ -151,7 +151,9 @@ def _evaluate(
         z = embed(encoder, x_test[torch.from_numpy(picked)], device)
         diameters = class_diameters(z, labels[picked], len(counts))
         intra = diameter_summary(diameters, counts, groups)
-        write_margin_cdfs(layout.eval_plots(experiment), cdfs)
+    else:  # no margin for a row of several labels: header-only files, as dvc.yaml declares
+        cdfs = {}
+    write_margin_cdfs(layout.eval_plots(experiment), cdfs)
     return write_results(
         layout,
         experiment,
@@ -196,8 +198,7 @@ def _evaluate_learner(params: Params, layout: Layout, registry: Registry, experi
             meta["num_classes"],
             params.evaluate.threshold,
         )
-    if not isinstance(test.labels, LabelSets):
-        write_margin_cdfs(layout.eval_plots(experiment), {})
+    write_margin_cdfs(layout.eval_plots(experiment), {})  # no margins from top-k alone
     return write_results(
         layout,
         experiment,
