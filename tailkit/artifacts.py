@@ -18,6 +18,8 @@ import torch
 from tailkit import tensorfile
 from tailkit.atomic import write_json
 from tailkit.components import Learner, Sampler
+from tailkit.errors import TrainingDivergedError
+from tailkit.finite import first_non_finite
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout, require
 from tailkit.registry import Registry
@@ -47,7 +49,14 @@ def load_sampler(
 
 
 def save_model(directory: Path, weights: dict[str, Any], info: dict[str, Any]) -> None:
-    """``weights``: the state dicts (layer, encoder, loss); ``info``: JSON-able metadata."""
+    """``weights``: the state dicts (layer, encoder, loss); ``info``: JSON-able metadata.
+    A model holding a NaN or an infinity is refused, naming the tensor: nothing is written."""
+    bad = first_non_finite(weights)
+    if bad is not None:
+        raise TrainingDivergedError(
+            f"experiments.{info.get('experiment')}: the trained model's {bad} is not finite "
+            f"(after {info.get('steps')} steps); no model was saved"
+        )
     tensorfile.save(directory / MODEL_WEIGHTS, weights)
     write_json(directory / MODEL_INFO, info)
 

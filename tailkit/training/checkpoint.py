@@ -40,6 +40,7 @@ import torch.distributed as dist
 from tailkit.atomic import atomic_path
 from tailkit.distributed.world import LABEL_BLOCK, ONE_PROCESS, World
 from tailkit.errors import DataValidationError
+from tailkit.finite import first_non_finite
 
 
 class Checkpointer:
@@ -108,6 +109,11 @@ class Checkpointer:
                 rows = self._read_rows(state["rows"], label_start, label_stop)
             except _Unusable as exc:
                 problem = str(exc)
+        if state is not None and problem is None:  # never resume into a diverged run
+            bad = first_non_finite({k: v for k, v in state.items() if k != "rows"})
+            bad = bad or first_non_finite(rows or {})
+            if bad is not None:
+                problem = f"it holds a non-finite {bad}"
         if world.sharded:  # one process's bad block makes them all start afresh
             flags: list[Any] = [None] * world.size
             dist.all_gather_object(flags, problem, group=world.group)

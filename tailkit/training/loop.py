@@ -39,6 +39,7 @@ from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.evaluation.metrics import label_recall, per_class_recall
+from tailkit.finite import first_non_finite
 from tailkit.labels import LabelSets
 from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
@@ -286,9 +287,30 @@ def train(
             augment_gen.set_state(state["augment_gen"])
         running, running_n = state["running"]
 
+    def refuse_non_finite(consequence: str) -> None:
+        """One line naming the first NaN or infinite tensor of the state, on every rank."""
+        bad = first_non_finite(
+            {
+                "layer": layer.state_dict(),
+                "encoder": encoder.state_dict(),
+                "loss": loss.state_dict(),
+                "optimizer": {**optimizer.state_dict(), **optimizer.row_tables()},
+            }
+        )
+        if world.sharded:  # every rank stops together, naming the first rank's finding
+            found: list[Any] = [None] * world.size
+            torch.distributed.all_gather_object(found, bad, group=world.group)
+            bad = next((b for b in found if b is not None), None)
+        if bad is not None:
+            raise TrainingDivergedError(
+                f"experiments.{cfg.experiment}: {bad} is not finite after step {step}; "
+                f"{consequence}; lower optimizer.lr or check the loss's gradient"
+            )
+
     def save_checkpoint() -> None:
         if checkpoint is None:
             return
+        refuse_non_finite("no checkpoint was written")
         rows = {"layer.weight": layer.weight, "layer.bias": layer.bias}
         rows.update({f"optimizer.{k}": v for k, v in optimizer.row_tables().items()})
         checkpoint.save(
@@ -408,6 +430,7 @@ def train(
             save_checkpoint()
             tick = time.perf_counter()
 
+    refuse_non_finite("no model was saved")
     return TrainResult(steps=step, seconds=seconds, curve=curve, checkpoint_every=checkpoint_every)
 
 
