@@ -18,7 +18,7 @@ import torch
 from tailkit import tensorfile
 from tailkit.atomic import write_json
 from tailkit.components import Learner, Sampler
-from tailkit.errors import TrainingDivergedError
+from tailkit.errors import MismatchedArtifactError, TrainingDivergedError
 from tailkit.finite import first_non_finite
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout, require
@@ -61,16 +61,45 @@ def save_model(directory: Path, weights: dict[str, Any], info: dict[str, Any]) -
     write_json(directory / MODEL_INFO, info)
 
 
-def load_learner(directory: Path, producer: str, learner: Learner) -> dict:
+def read_model_info(directory: Path, producer: str) -> dict:
+    """The metadata :func:`save_model` (or a learner's fit) wrote beside a model."""
+    return json.loads(require(directory / MODEL_INFO, producer).read_text())
+
+
+def load_learner(directory: Path, producer: str, learner: Learner) -> None:
     """Read a trained :class:`~tailkit.components.Learner`'s files back into ``learner`` (the
-    tool itself parses them); returns the metadata saved beside them."""
-    info = json.loads(require(directory / MODEL_INFO, producer).read_text())
+    tool itself parses them)."""
     learner.load(require(directory / LEARNER_FILES, producer))
-    return info
 
 
-def load_model(directory: Path, producer: str, device: torch.device) -> tuple[dict, dict]:
-    """The state dicts and the metadata :func:`save_model` wrote."""
-    weights = tensorfile.load(require(directory / MODEL_WEIGHTS, producer), device)
-    info = json.loads(require(directory / MODEL_INFO, producer).read_text())
-    return weights, info
+def check_made_for(directory: Path, info: dict, params: Params, run: str) -> None:
+    """Refuse a model that ``train@<run>`` did not make with today's settings: one swapped in
+    from another experiment's folder, or trained before params.yaml changed what ``run`` is
+    (its loss, model, features, optimiser …), in one line with the command that fixes it.
+    Evaluation would otherwise score the old model under the new name and settings."""
+    fix = f"run `dvc repro {params.train_stage(run)}`"
+    if info.get("experiment") != run:
+        raise MismatchedArtifactError(
+            f"{directory}: this model was trained for {info.get('experiment')!r}, not "
+            f"{run!r}; {fix}"
+        )
+    now = json.loads(json.dumps(params.resolved(run)))  # as the model's JSON holds them
+    then = info.get("settings") or {}
+    changed = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
+    if changed:
+        key = changed[0]
+        raise MismatchedArtifactError(
+            f"{directory}: trained with {key} = {_short(then.get(key))}, params.yaml now has "
+            f"{_short(now.get(key))}" + (f" (and {len(changed) - 1} more)" if changed[1:] else "")
+            + f"; {fix}"
+        )  # fmt: skip
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 100 else text[:100] + "…"
+
+
+def load_model(directory: Path, producer: str, device: torch.device) -> dict:
+    """The state dicts :func:`save_model` wrote."""
+    return tensorfile.load(require(directory / MODEL_WEIGHTS, producer), device)

@@ -35,6 +35,10 @@ class DataValidationError(TailkitError, ValueError):
     """Input data that is malformed, or that a stage cannot use (e.g. a class vanished)."""
 
 
+class MismatchedArtifactError(TailkitError, ValueError):
+    """A saved model or state was made for another experiment or other settings."""
+
+
 class TrainingDivergedError(TailkitError, FloatingPointError):
     """The training loss became NaN or infinite."""
 

@@ -10,7 +10,13 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tailkit.artifacts import load_learner, load_model, load_sampler
+from tailkit.artifacts import (
+    check_made_for,
+    load_learner,
+    load_model,
+    load_sampler,
+    read_model_info,
+)
 from tailkit.components import Encoder, Learner, Loss, PredictionContext
 from tailkit.experiment import build_model, build_objective, feature_dir
 from tailkit.params import Params
@@ -39,11 +45,12 @@ def restore(
     params: Params, layout: Layout, registry: Registry, experiment: str, device: torch.device
 ) -> Trained:
     """The experiment trained by ``train@<experiment>``, on ``device``."""
+    directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
+    info = read_model_info(directory, producer)
+    check_made_for(directory, info, params, experiment)
     loss, _ = build_objective(params, experiment, registry)
     meta = read_meta(feature_dir(params, layout, experiment))
-    state, info = load_model(
-        params.model_dir(layout, experiment), params.train_stage(experiment), device
-    )
+    state = load_model(directory, producer, device)
     encoder = _restored_encoder(params, registry, experiment, info["in_dim"], state["encoder"])
     encoder, loss = encoder.to(device), loss.to(device)
     counts = np.asarray(meta["train_counts"])
@@ -122,7 +129,10 @@ def restore_learner(
     params: Params, layout: Layout, registry: Registry, experiment: str
 ) -> tuple[Learner, dict[str, Any], dict[str, Any]]:
     """A model that trains itself (napkinXC, omikuji), its saved info and the feature meta."""
+    directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
+    info = read_model_info(directory, producer)
+    check_made_for(directory, info, params, experiment)
     meta = read_meta(feature_dir(params, layout, experiment))
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
-    info = load_learner(params.model_dir(layout, experiment), params.train_stage(experiment), model)
+    load_learner(directory, producer, model)
     return model, info, meta
