@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export DVC_STUDIO_OFFLINE := true
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install repro test lint bench gpu-check clean
+.PHONY: install repro test test-fast lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -32,7 +32,11 @@ repro: $(STAMP)
 # mypy first: the plugin seam strictly, the rest at the default level (pyproject.toml).
 test: $(STAMP)
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
+
+# The unit tier: everything but the end-to-end runs of dvc, pip and several processes.
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
