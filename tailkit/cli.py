@@ -48,8 +48,19 @@ def _guard(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except TailkitError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {_capped(str(exc))}", err=True)
         sys.exit(exc.exit_code)
+
+
+#: The longest message printed whole: a value pasted into one (a megabyte-long string in
+#: params.yaml) must not flood the terminal.
+MESSAGE_CHARS = 1000
+
+
+def _capped(message: str) -> str:
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    return f"{message[:MESSAGE_CHARS]}… ({len(message) - MESSAGE_CHARS:,} more characters)"
 
 
 def _context(params_path: Path, quiet: bool = True) -> tuple[Params, Layout, Registry]:

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import yaml
-
 from tailkit.errors import InvalidParameterError, did_you_mean
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
+from tailkit.params_yaml import read_params_yaml
 from tailkit.paths import Layout
 from tailkit.validation import SEED, Interval, Options, validate_options
 
@@ -553,14 +552,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise InvalidParameterError(
             f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); params must be YAML"
         ) from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InvalidParameterError(f"{where}: invalid YAML: {problem}") from exc
-    return parse_params(raw, str(path))
+    return parse_params(read_params_yaml(text, str(path)), str(path))
 
 
 __all__ = ["NO_SAMPLER", "Interval", "Options", "Params", "load_params", "parse_params"]
