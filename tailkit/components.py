@@ -43,6 +43,8 @@ class RawData:
     (single-label), or an (N, C) ``scipy.sparse.csr_matrix`` 0/1 indicator with sorted
     indices (multi-label; a row may have no label at all, as in the XC repository).
 
+    ``values`` says what sparse values are, when the source documents it (see the field).
+
     ``splits`` optionally fixes the dataset's own partition, e.g. CIFAR's 50,000/10,000 or an
     XC dataset's trn/tst files: split name (``"train"``, ``"val"``, ``"test"``) → sorted
     int64 row ids. ``subsample`` keeps such a test split as it is and applies the long-tail
@@ -54,6 +56,10 @@ class RawData:
     label_names: list[str]
     modality: Modality = "dense"
     splits: dict[str, np.ndarray] | None = None
+    #: What sparse inputs' values are, when the dataset knows: ``"counts"`` (integer term
+    #: counts, what ``tfidf`` weights) or ``"weights"`` (already weighted, as the Extreme
+    #: Classification Repository's TF-IDF files are: weighting them again distorts them).
+    values: Literal["counts", "weights"] | None = None
 
     @property
     def num_classes(self) -> int:

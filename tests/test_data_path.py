@@ -120,7 +120,7 @@ def _plugin():
 
     @hookimpl
     def register_featurizers(register):
-        register("sparse-identity", SparseIdentity)
+        register("keep-sparse", SparseIdentity)
         register("lies-about-output", LiesAboutOutput)
 
     mod.register_datasets = register_datasets
@@ -227,7 +227,7 @@ def test_sparse_inputs_through_tfidf_svd_into_the_dense_cache(tmp_path: Path) ->
 
 
 def test_sparse_features_are_cached_as_idx_val_and_train_a_sparse_model(tmp_path: Path) -> None:
-    params = _params("tiny-xc", "sparse-identity")
+    params = _params("tiny-xc", "keep-sparse")
     layout = _prepare(tmp_path, params)
     meta = featurize.run(params, layout, REGISTRY, "x")
     assert (meta["kind"], meta["dim"]) == ("sparse", 40)
@@ -244,7 +244,7 @@ def test_sparse_features_are_cached_as_idx_val_and_train_a_sparse_model(tmp_path
     assert "sparse-linear, sparse-mlp" in message and "\n" not in message
     assert not layout.model("softmax").exists()
     # the sparse encoder trains and is evaluated on the same cache
-    sparse = _params("tiny-xc", "sparse-identity", {"name": "sparse-linear", "dim": 8})
+    sparse = _params("tiny-xc", "keep-sparse", {"name": "sparse-linear", "dim": 8})
     train.run(sparse, layout, REGISTRY, "softmax")
     metrics = evaluate.run(sparse, layout, REGISTRY, "softmax")
     assert metrics["test"]["rows"] == 30 and metrics["train"]["steps"] > 0

@@ -113,6 +113,7 @@ def test_every_builtin_featurizer_declares_what_it_accepts_and_outputs() -> None
         "pca": (("dense",), "dense"),
         "tfidf-svd": (("sparse", "dense"), "dense"),
         "pixels": (("image",), "image"),
+        "sparse-identity": (("sparse",), "sparse"),
         "tfidf": (("sparse",), "sparse"),
         "geocells": (("dense",), "sparse"),
     }

@@ -67,6 +67,7 @@ def _eurlex_archive(tmp_path: Path) -> Path:
 
     rng = np.random.default_rng(0)
     dim, labels = 60, 25
+    idf = 0.0169 * np.arange(1, dim + 1) ** 1.1  # grows with the id, as EURLex's does
 
     def rows(n: int, unseen: bool) -> list[tuple[list[int], dict[int, float]]]:
         out = []
@@ -75,9 +76,12 @@ def _eurlex_archive(tmp_path: Path) -> Path:
             # The last label only in test rows, as real XC test sets have labels no training
             # row carries: a proposal without smoothing gives it q = 0.
             ids = sorted(ids | ({labels - 1} if unseen and i % 10 == 0 else set()))
-            feats = {int(f): float(rng.integers(1, 5)) for f in rng.choice(dim, 8, replace=False)}
+            counts = {int(f): int(rng.integers(1, 5)) for f in rng.choice(dim, 8, replace=False)}
             for label in ids:  # features that carry the labels, so there is something to learn
-                feats[label] = feats.get(label, 0.0) + 3.0
+                counts[label] = counts.get(label, 0) + 3
+            # as the repository's files hold them: a count times its feature's idf, rows not
+            # normalised (docs/xc-features.md)
+            feats = {f: round(c * idf[f], 6) for f, c in counts.items()}
             out.append((ids if i % 17 else [], feats))  # some label-less rows, as XC has
         return out
 

@@ -25,7 +25,7 @@ from tailkit.atomic import atomic_dir, write_json
 from tailkit.cache import KINDS, write_features
 from tailkit.checksum import params_hash
 from tailkit.components import featurizer_output
-from tailkit.errors import InvalidParameterError, PluginError
+from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
 from tailkit.featurizing import as_output, check_finite_inputs, check_modality
 from tailkit.params import Params
 from tailkit.paths import Layout
@@ -57,11 +57,24 @@ def run(params: Params, layout: Layout, registry: Registry, features: str) -> di
     if raw.modality == "dense":
         check_finite_inputs(raw.inputs, splits, params.dataset["name"])
 
-    featurizer.fit(raw.inputs[splits["train"][0]])
+    if raw.values == "weights" and getattr(featurizer, "takes_counts", False):
+        raise DataValidationError(
+            f"{params.source}: featurize.{features}: dataset {params.dataset['name']!r} holds "
+            f"TF-IDF weights, not counts, and featurizer {name!r} would weight them again; use "
+            "`name: sparse-identity` (the values as given, rows at unit L2 norm, as Parabel, "
+            "omikuji and napkinXC train on them) or set `counts: false`"
+        )
+    try:
+        featurizer.fit(raw.inputs[splits["train"][0]])
+    except ValueError as exc:  # the contract's one-line refusal of the data it was handed
+        raise DataValidationError(
+            f"featurize.{features} on dataset {params.dataset['name']!r}: {exc}"
+        ) from exc
     info = {
         "dataset": params.dataset,
         "features": features,
         "featurize": spec,
+        **({} if raw.values is None else {"values": raw.values}),
         # Identifies the data a model is trained on (a stale checkpoint must not resume on
         # another split), so the subsample settings recorded with the split are part of it.
         "params_hash": params_hash(

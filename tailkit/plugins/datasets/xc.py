@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -240,6 +240,7 @@ class XC:
                 label_names=[str(i) for i in range(labels.shape[1])],
                 modality="sparse",
                 splits=splits,
+                values=value_kind(features.data),
             )
         rows, y, original, new_splits = to_single_label(labels, splits)
         if rows.size == 0:
@@ -252,7 +253,16 @@ class XC:
             label_names=[str(i) for i in original],
             modality="sparse",
             splits=new_splits,
+            values=value_kind(inputs.data),
         )
+
+
+def value_kind(values: np.ndarray) -> Literal["counts", "weights"]:
+    """What a file's feature values are: non-negative integers are counts; anything else is
+    weights, as the repository's TF-IDF files hold (a count times its feature's idf, rows not
+    normalised; docs/xc-features.md). The same format carries a user's own counts."""
+    integral = bool(np.all(values >= 0) and np.all(values == np.floor(values)))
+    return "counts" if integral else "weights"
 
 
 def write_decoded(

@@ -22,6 +22,7 @@ def register_featurizers(register):
     from tailkit.plugins.featurizers.pca import PCA
     from tailkit.plugins.featurizers.pixels import Pixels
     from tailkit.plugins.featurizers.rff import RandomFourierFeatures
+    from tailkit.plugins.featurizers.sparse_identity import SparseIdentity
     from tailkit.plugins.featurizers.tfidf import Tfidf
     from tailkit.plugins.featurizers.tfidf_svd import TfidfSVD
 
@@ -30,5 +31,6 @@ def register_featurizers(register):
     register("pca", PCA)
     register("pixels", Pixels)
     register("rff", RandomFourierFeatures)
+    register("sparse-identity", SparseIdentity)
     register("tfidf", Tfidf)
     register("tfidf-svd", TfidfSVD)

@@ -62,3 +62,23 @@ def row_chunks(n: int, width: int) -> Iterator[slice]:
     step = max(1, CHUNK_VALUES // max(1, width))
     for start in range(0, n, step):
         yield slice(start, min(n, start + step))
+
+
+def check_counts(values: np.ndarray, rows: np.ndarray, featurizer: str) -> None:
+    """Refuse values that are not non-negative integer counts, naming the first such row and
+    value: weighting weights again (the XC repository's files hold TF-IDF already) distorts
+    them silently. ``rows`` gives each value's row (a CSR matrix's expanded indptr)."""
+    bad = np.flatnonzero((values < 0) | (values != np.floor(values)))
+    if bad.size:
+        first = bad[0]
+        raise ValueError(
+            f"featurizer {featurizer!r} takes integer counts; row {int(rows[first])} holds "
+            f"{float(values[first]):.6g}. Values already weighted (the Extreme Classification "
+            "Repository's TF-IDF files) go through 'sparse-identity'; set counts: false to "
+            "weight them anyway"
+        )
+
+
+def csr_rows(matrix: sp.csr_matrix) -> np.ndarray:
+    """The row of each stored value of a CSR matrix."""
+    return np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
