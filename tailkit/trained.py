@@ -45,11 +45,11 @@ def restore(
     params: Params, layout: Layout, registry: Registry, experiment: str, device: torch.device
 ) -> Trained:
     """The experiment trained by ``train@<experiment>``, on ``device``."""
+    meta = read_meta(feature_dir(params, layout, experiment))  # the earliest input first
     directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
     info = read_model_info(directory, producer)
     check_made_for(directory, info, params, experiment)
     loss, _ = build_objective(params, experiment, registry)
-    meta = read_meta(feature_dir(params, layout, experiment))
     state = load_model(directory, producer, device)
     encoder = _restored_encoder(params, registry, experiment, info["in_dim"], state["encoder"])
     encoder, loss = encoder.to(device), loss.to(device)
@@ -129,10 +129,10 @@ def restore_learner(
     params: Params, layout: Layout, registry: Registry, experiment: str
 ) -> tuple[Learner, dict[str, Any], dict[str, Any]]:
     """A model that trains itself (napkinXC, omikuji), its saved info and the feature meta."""
+    meta = read_meta(feature_dir(params, layout, experiment))  # the earliest input first
     directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
     info = read_model_info(directory, producer)
     check_made_for(directory, info, params, experiment)
-    meta = read_meta(feature_dir(params, layout, experiment))
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     load_learner(directory, producer, model)
     return model, info, meta
