@@ -241,3 +241,11 @@ def test_a_loss_meets_only_the_batch_type_it_declares():
     assert batch_mode(ok, "e") == "sampled"
     loss, _ = build_objective(ok, "e", registry)
     assert batch_modes(loss) == ("sampled",)
+
+
+def test_examples_are_the_rows_seen_not_steps_times_batch():
+    """Three epochs of 600 rows in batches of 64 (the last one 24 rows short) saw 1,800 rows,
+    not 30 × 64 = 1,920; the timing file's examples/s divides these."""
+    result, _ = _run(SoftmaxCE())
+    assert result.steps == 30 and result.examples == 1800
+    assert result.examples_per_second == round(1800 / result.seconds)

@@ -177,7 +177,7 @@ def _train(
     timing = {
         "seconds": round(result.seconds, 3),
         "steps": result.steps,
-        "examples_per_second": round(result.steps * cfg.batch_size / max(result.seconds, 1e-9)),
+        "examples_per_second": result.examples_per_second,  # rows seen, not steps × batch
         "device": str(device),
         "world_size": world.size,
     }

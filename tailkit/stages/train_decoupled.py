@@ -81,6 +81,7 @@ class _Outcome:
     validation: dict[str, Any] | None = None
     checkpoint_every: int = 0
     info: dict[str, Any] = field(default_factory=dict)
+    examples: int = 0  # rows the steps saw
 
 
 @dataclass
@@ -177,9 +178,7 @@ def run(
     timing = {
         "seconds": round(outcome.seconds, 3),
         "steps": outcome.steps,
-        "examples_per_second": round(
-            outcome.steps * settings["batch_size"] / max(outcome.seconds, 1e-9)
-        ),
+        "examples_per_second": round(outcome.examples / max(outcome.seconds, 1e-9)),
         "device": str(device),
     }
     write_json(layout.timing(f"train/{experiment}"), timing)
@@ -244,7 +243,12 @@ def _scales(
     ctx = PredictionContext(log_prior=log_prior_from_counts(data.counts).to(device))
     acc, bal = scores_of(layer, loss, ctx, data.z_val, data.y_val, params.evaluate.batch_size)
     last = losses[-1] if losses else math.nan
-    return _Outcome(layer, loss, [_point(steps, seconds, last, acc, bal)], steps, seconds)
+    # each epoch visits the rows once in batches of batch_size, the last one short
+    full, part = divmod(steps, math.ceil(rows / cfg.batch_size))
+    examples = full * rows + min(part * cfg.batch_size, rows)
+    return _Outcome(
+        layer, loss, [_point(steps, seconds, last, acc, bal)], steps, seconds, examples=examples
+    )
 
 
 def _point(step: int, seconds: float, loss: float, acc: float, bal: float) -> dict[str, Any]:
@@ -357,4 +361,5 @@ def _retrain(
         result.seconds,
         schedule.as_dict(),
         result.checkpoint_every,
+        examples=result.examples,
     )

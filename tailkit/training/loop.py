@@ -81,6 +81,12 @@ class TrainResult:
     seconds: float
     curve: list[dict[str, float]] = field(default_factory=list)
     checkpoint_every: int = 0
+    #: Rows the steps saw (a batch larger than the rows sees them all, not batch_size).
+    examples: int = 0
+
+    @property
+    def examples_per_second(self) -> int:
+        return round(self.examples / max(self.seconds, 1e-9))
 
 
 def _validate(
@@ -262,7 +268,7 @@ def train(
     transform = getattr(encoder, "train_transform", None)
     augment_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
 
-    step, seconds, curve = 0, 0.0, []
+    step, seconds, curve, examples = 0, 0.0, [], 0
     running, running_n = 0.0, 0
     state = None
     if checkpoint is not None:  # this process's rows of the layer and the optimiser's state
@@ -273,6 +279,8 @@ def train(
         )
     if state is not None:
         step, seconds, curve = state["step"], state["seconds"], state["curve"]
+        # a checkpoint from before rows were counted: full batches, the old estimate
+        examples = state.get("examples", step * cfg.batch_size)
         if tables := state["rows"]:  # this process's rows; none for a rank without labels
             layer.load_state_dict({"weight": tables["layer.weight"], "bias": tables["layer.bias"]})
             optimizer.load_row_tables(
@@ -331,6 +339,7 @@ def train(
                 "sample_gen": sample_gen.get_state(),
                 "augment_gen": augment_gen.get_state(),
                 "running": (running, running_n),
+                "examples": examples,
             },
             rows,
             label_start=layer.label_start,
@@ -350,6 +359,7 @@ def train(
         if position == 0 or order is None:
             order = rows_of.epoch_rows(cfg.seed, epoch)
         idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
+        examples += len(idx)
         x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
         if replicate:
@@ -431,7 +441,13 @@ def train(
             tick = time.perf_counter()
 
     refuse_non_finite("no model was saved")
-    return TrainResult(steps=step, seconds=seconds, curve=curve, checkpoint_every=checkpoint_every)
+    return TrainResult(
+        steps=step,
+        seconds=seconds,
+        curve=curve,
+        checkpoint_every=checkpoint_every,
+        examples=examples,
+    )
 
 
 def _batch_inputs(
