@@ -58,6 +58,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
         os.close(fd)
         tmp_path = Path(tmp)
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the team
         try:
             yield tmp_path
             _replace(tmp_path, path)
@@ -73,6 +74,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     with _cleanup_on_sigterm():
         remove_stale_temporaries(path)
         tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 likewise
         try:
             yield tmp
             _publish_dir(tmp, path)
@@ -138,6 +140,20 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
         removed.append(stale)
     _swept.add(key)
     return removed
+
+
+def _umask() -> int:
+    """The process's umask: outputs get the modes any other file the user writes gets (a
+    temporary file's own 0600/0700 would keep metrics and reports from a shared project's
+    other members). Read once: setting it back at once is the only way to read it."""
+    global _UMASK
+    if _UMASK is None:
+        _UMASK = os.umask(0o022)
+        os.umask(_UMASK)
+    return _UMASK
+
+
+_UMASK: int | None = None
 
 
 def _temp_prefix(path: Path) -> str:
