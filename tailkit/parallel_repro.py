@@ -322,8 +322,10 @@ def _dvc_output(root: Path, *args: str) -> str:
         check=False,
     )
     if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ReproError(f"dvc {args[0]} failed: {last}")
+        # DVC's whole message: its cause is often on a line before the last (a params file
+        # it cannot parse names the file first, the YAML rule it broke last)
+        said = " ".join(line.strip() for line in result.stderr.strip().splitlines())
+        raise ReproError(f"dvc {args[0]} failed: {said or 'no output'}")
     return result.stdout
 
 
@@ -380,7 +382,42 @@ def reproduce(
         gone = prune_lock(root, stages)
         if gone:
             report(f"repro: dropped from dvc.lock, no longer in the pipeline: {', '.join(gone)}")
+        swept, freed = sweep_checkpoints(root)
+        if swept:
+            report(
+                f"repro: removed the checkpoints of {len(swept)} run(s) no longer in params.yaml "
+                f"({', '.join(swept)}), freeing {freed / 1e6:,.1f} MB"
+            )
     return finished
+
+
+def sweep_checkpoints(root: Path) -> tuple[list[str], int]:
+    """Remove ``data/checkpoints/<run>`` for runs params.yaml no longer has (a deleted
+    experiment, seed or decoupled run): nothing would ever resume from them, and each holds
+    a layer and its optimiser state (~0.85 GB at GeoNames' size). A run still in params keeps
+    its checkpoint, to resume from after a failure. Returns the runs removed and the bytes
+    freed."""
+    import shutil
+
+    from tailkit.params import SEED_RUN, load_params
+    from tailkit.paths import Layout
+
+    folder = Layout(root).checkpoint("x").parent
+    if not folder.is_dir():
+        return [], 0
+    params = load_params(root / "params.yaml")
+    runs = set(params.experiments)
+    runs |= {
+        f"{name}{SEED_RUN}{seed}" for name in params.experiments for seed in params.base.extra_seeds
+    }
+    swept, freed = [], 0
+    for entry in sorted(folder.iterdir()):
+        if entry.name in runs or entry.name.startswith("."):
+            continue
+        freed += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        shutil.rmtree(entry, ignore_errors=True)
+        swept.append(entry.name)
+    return swept, freed
 
 
 def prune_lock(root: Path, stages: Iterable[str]) -> list[str]:

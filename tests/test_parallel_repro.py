@@ -269,3 +269,25 @@ def test_tailkit_repro_exits_non_zero_when_dvc_cannot_read_the_pipeline(tmp_path
     (tmp_path / "dvc.yaml").write_text("stages: [not, a, mapping]\n")
     result = _tailkit_repro(tmp_path, env, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("Error: dvc dag failed")
+    # DVC's whole message on one line: the file it names comes before the rule it quotes
+    assert "dvc.yaml" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_checkpoints_of_runs_no_longer_in_params_are_swept(tmp_path: Path) -> None:
+    import copy
+
+    from conftest import TINY_PARAMS
+
+    from tailkit.parallel_repro import sweep_checkpoints
+
+    params = copy.deepcopy(TINY_PARAMS)
+    params["base"]["extra_seeds"] = [1]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    folder = tmp_path / "data" / "checkpoints"
+    for run, size in {"softmax": 10, "softmax+seed1": 20, "gone": 300, "ldam+seed7": 4000}.items():
+        (folder / run / "rows-000000000007").mkdir(parents=True)
+        (folder / run / "state.pt").write_bytes(b"s" * size)
+        (folder / run / "rows-000000000007" / "rows-000000000000.pt").write_bytes(b"r" * size)
+    assert sweep_checkpoints(tmp_path) == (["gone", "ldam+seed7"], 2 * 300 + 2 * 4000)
+    assert sorted(p.name for p in folder.iterdir()) == ["softmax", "softmax+seed1"]
+    assert sweep_checkpoints(tmp_path) == ([], 0)
