@@ -172,6 +172,32 @@ def test_an_unknown_revision_is_one_line(tmp_path):
         load_side(tmp_path, Source("x@no-such-rev", "x", "no-such-rev"))
 
 
+@pytest.mark.slow
+def test_an_output_missing_from_the_cache_names_dvc_pull(tmp_path):
+    """At an old revision the table is a DVC output whose bytes this clone's cache lacks (no
+    remote pulled): the message says so and names the fix, not "does not exist"."""
+    import shutil
+
+    from conftest import run
+
+    table = "data/evaluation/x/per_class.parquet"
+    run(["git", "init", "-q"], tmp_path)
+    run(["dvc", "init", "-q"], tmp_path)
+    run(["dvc", "stage", "add", "-q", "-n", "evaluate", "-o", table,
+         f"mkdir -p data/evaluation/x && echo rows > {table}"], tmp_path)  # fmt: skip
+    run(["dvc", "repro", "-q"], tmp_path)
+    run(["git", "add", "-A"], tmp_path)
+    run(["git", "commit", "-qm", "evaluated"], tmp_path)
+    shutil.rmtree(tmp_path / ".dvc" / "cache")
+    with pytest.raises(DataValidationError) as info:
+        load_side(tmp_path, Source("x@HEAD", "x", "HEAD"))
+    assert str(info.value) == (
+        f"compare: x@HEAD: {table} is a DVC output at HEAD that is not in the local cache; "
+        "`dvc pull` (or `dvc fetch`) gets it from a remote, or `dvc repro evaluate@x` at that "
+        "revision rebuilds it"
+    )
+
+
 def test_the_command_prints_one_error_line_and_writes_its_outputs(tmp_path, monkeypatch):
     a, b, _, _ = _pair(5)
     layout = Layout(tmp_path)

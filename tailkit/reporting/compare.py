@@ -116,15 +116,34 @@ def _read_at_rev(root: Path, source: Source, relative: str) -> bytes:
         raise TailkitError(f"compare: {source.spec}: unknown revision {source.rev!r}") from exc
     try:
         return read(relative, repo=str(root), rev=sha, mode="rb")
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, DvcException) as exc:
+        if _locked_output(root, sha, relative):  # DVC knows it there: only the bytes are absent
+            raise DataValidationError(
+                f"compare: {source.spec}: {relative} is a DVC output at {source.rev} that is not "
+                "in the local cache; `dvc pull` (or `dvc fetch`) gets it from a remote, or "
+                f"`dvc repro {source.producer}` at that revision rebuilds it"
+            ) from exc
+        if not isinstance(exc, FileNotFoundError):
+            said = str(exc).strip()
+            first = said.splitlines()[0] if said else type(exc).__name__
+            raise DataValidationError(f"compare: {source.spec}: {relative}: {first}") from exc
         raise DataValidationError(
             f"compare: {source.spec}: no {relative} at {source.rev} (experiment not evaluated "
             f"there, or its output is not in the DVC cache; `dvc repro {source.producer}` at "
             "that revision rebuilds it)"
         ) from exc
-    except DvcException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataValidationError(f"compare: {source.spec}: {relative}: {first}") from exc
+
+
+def _locked_output(root: Path, sha: str, relative: str) -> bool:
+    """Whether dvc.lock at commit ``sha`` records ``relative`` as an output."""
+    from scmrepo.git import Git
+
+    try:
+        with Git(root).get_fs(sha).open("dvc.lock", mode="r") as lock:
+            text = lock.read()
+    except (OSError, KeyError):  # no dvc.lock at that commit
+        return False
+    return f"- path: {relative}\n" in text
 
 
 def load_side(root: Path, source: Source) -> Side:
