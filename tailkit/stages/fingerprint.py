@@ -7,7 +7,8 @@ this stage (``always_changed``: it is cheap and must see an edited or upgraded p
 per component, its distribution, version, factory and the hashes of the source files of its
 import closure (:mod:`tailkit.codehash`):
 
-* ``fingerprints/dataset.json``: what download, subsample and every featurize@ depend on;
+* ``fingerprints/dataset.json``: what download, subsample and every featurize@ depend on,
+  with the SHA-256 of the user's files behind the dataset's ``path`` (:mod:`tailkit.file_hash`);
 * ``fingerprints/featurizers/<set>.json``: the featurizer of each feature set (featurize@<set>);
 * ``fingerprints/samplers/<key>.json``: each sampler of ``params.samplers`` (fit-sampler@<key>);
 * ``fingerprints/experiments/<experiment>.json``: the experiment's loss, model and sampler
@@ -33,6 +34,7 @@ from typing import Any
 import tailkit.stages
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.codehash import component_fingerprint, experiment_code, stage_code
+from tailkit.file_hash import data_fingerprint, default_cache
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
@@ -43,6 +45,9 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         return component_fingerprint(registry.get(kind, spec.get("name"), f"{key}.name"))
 
     dataset = named("datasets", params.dataset, "dataset")
+    data = data_fingerprint(params.dataset, default_cache())
+    if data:  # the user's files behind `path` (tailkit/file_hash.py): their edits re-run all
+        dataset = {**dataset, "data": data}
     # one file per entry, under the group's folder
     groups: dict[str, dict[str, Any]] = {
         "featurizers": {
