@@ -9,6 +9,7 @@ import torch
 from tailkit.components import FullBatch, Loss, PredictionContext
 from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
+from tailkit.plugins.losses.softmax import pick_all_labels
 from tailkit.validation import Constraint, Interval
 
 #: The ε of the Google code, added *after* the power: log(π^τ + 1e-12).
@@ -44,6 +45,17 @@ class _NeedsSetup(Loss):
     def _reduce(self, per_example: torch.Tensor) -> torch.Tensor:
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
 
+    def _cross_entropy(self, batch: FullBatch, offsets: torch.Tensor | None) -> torch.Tensor:
+        """Per row: CE of ``f + offsets`` with one label a row, PAL-N over a row's labels with
+        several (each positive's term adjusted by its own prior, as Menon et al.'s and Ren et
+        al.'s derivations extend to the pick-all-labels reduction)."""
+        if batch.labels.ndim == 1:
+            return batch_cross_entropy(batch, offsets=offsets)
+        logits = batch.logits
+        if offsets is not None:  # this process's labels of the (C,) table
+            logits = logits + offsets[batch.label_start : batch.label_start + logits.shape[1]]
+        return pick_all_labels(batch, logits)
+
 
 class LogitAdjusted(_NeedsSetup):
     """Logit-adjusted softmax cross-entropy, in its two modes.
@@ -56,6 +68,10 @@ class LogitAdjusted(_NeedsSetup):
     (:meth:`adjust_scores`), the argmax of the balanced posterior p(y|x)/π_y ("PC softmax").
     Evaluation then also reports the unadjusted scores under ``uncorrected``.
 
+    Multi-label rows (``batch.labels`` (B, k), −1 padded) take the pick-all-labels reduction
+    PAL-N of the ``softmax`` loss on the adjusted logits: ``(1/|P|) Σ_{j∈P} CE(f + log π^τ, j)``
+    over the row's labels P, π the labels' share of the training (row, label) pairs.
+
     π = n_y / N comes from the training counts handed to :meth:`setup` (the Google code reads it
     from a file); the ε = 1e-12 is added after the power, as there, so a label with no training
     row gets a finite offset log(1e-12). τ defaults to 1. ``reduction="mean"`` divides the sum
@@ -63,6 +79,7 @@ class LogitAdjusted(_NeedsSetup):
     """
 
     constraints: ClassVar[dict[str, Constraint]] = {"tau": Interval(0, None)}
+    multilabel = True
 
     def __init__(
         self,
@@ -81,7 +98,7 @@ class LogitAdjusted(_NeedsSetup):
 
     def forward(self, batch: FullBatch) -> torch.Tensor:
         offsets = self._offsets(batch.logits) if self.adjustment == "loss" else None
-        return self._reduce(batch_cross_entropy(batch, offsets=offsets))
+        return self._reduce(self._cross_entropy(batch, offsets))
 
     def adjust_scores(
         self,
@@ -108,8 +125,10 @@ class BalancedSoftmax(_NeedsSetup):
     log n_y = log π_y + log N, and a constant shift changes no softmax, so this is the LA loss
     with τ = 1 without its ε: a label with no training row gets −inf (it is never a target, and
     its softmax term is exactly 0). Prediction uses the raw logits (BalancedMetaSoftmax issue
-    #13). ``reduction="mean"`` divides by B; ``"sum"`` does not.
+    #13). Multi-label rows take PAL-N on the adjusted logits, as the logit-adjusted loss does. ``reduction="mean"`` divides by B; ``"sum"`` does not.
     """
+
+    multilabel = True
 
     def __init__(self, *, reduction: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
@@ -119,7 +138,7 @@ class BalancedSoftmax(_NeedsSetup):
         self.offsets = class_counts.to(torch.float64).log()
 
     def forward(self, batch: FullBatch) -> torch.Tensor:
-        return self._reduce(batch_cross_entropy(batch, offsets=self._offsets(batch.logits)))
+        return self._reduce(self._cross_entropy(batch, self._offsets(batch.logits)))
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"

@@ -39,16 +39,24 @@ class SoftmaxCE(Loss):
         labels = batch.labels.long()
         if labels.ndim == 1:
             per_example = batch_cross_entropy(batch)
-            return per_example.sum() if self.reduction == "sum" else per_example.mean()
-        present = labels >= 0
-        if batch.whole:
-            log_p = torch.log_softmax(batch.logits, dim=1).gather(1, labels.clamp(min=0))
         else:
-            lse = row_logsumexp(batch.logits, batch.world).unsqueeze(1)
-            log_p = pick(batch.logits, labels, batch.label_start, batch.world) - lse
-        sizes = present.sum(dim=1, keepdim=True).clamp(min=1)
-        per_row = -(torch.where(present, log_p, 0.0) / sizes).sum(dim=1)
-        return per_row.sum() if self.reduction == "sum" else per_row.mean()
+            per_example = pick_all_labels(batch, batch.logits)
+        return per_example.sum() if self.reduction == "sum" else per_example.mean()
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"
+
+
+def pick_all_labels(batch: FullBatch, logits: torch.Tensor) -> torch.Tensor:
+    """PAL-N per row: ``(1/|P|) Σ_{j∈P} (log Σ_l exp(s_l) − s_j)`` over the row's labels P
+    (``batch.labels`` (B, k), −1 padded; 0 for a row without labels) on ``logits``, the
+    batch's own or adjusted ones, of every label or of this process's shard."""
+    labels = batch.labels.long()
+    present = labels >= 0
+    if batch.whole:
+        log_p = torch.log_softmax(logits, dim=1).gather(1, labels.clamp(min=0))
+    else:
+        lse = row_logsumexp(logits, batch.world).unsqueeze(1)
+        log_p = pick(logits, labels, batch.label_start, batch.world) - lse
+    sizes = present.sum(dim=1, keepdim=True).clamp(min=1)
+    return -(torch.where(present, log_p, 0.0) / sizes).sum(dim=1)
