@@ -35,6 +35,7 @@ import tailkit.stages
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.codehash import component_fingerprint, experiment_code, stage_code
 from tailkit.file_hash import data_fingerprint, default_cache
+from tailkit.linked_outputs import refuse_linked_outputs
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
@@ -44,6 +45,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     def named(kind: str, spec: dict[str, Any], key: str) -> dict[str, Any]:
         return component_fingerprint(registry.get(kind, spec.get("name"), f"{key}.name"))
 
+    refuse_linked_outputs(layout.root)  # before DVC reaches the stage that owns one
     dataset = named("datasets", params.dataset, "dataset")
     data = data_fingerprint(params.dataset, default_cache())
     if data:  # the user's files behind `path` (tailkit/file_hash.py): their edits re-run all
