@@ -178,8 +178,8 @@ EXPERIMENTS = {
         "negatives": 3,
         "optimizer": ADAGRAD,
     },
-    "la": {
-        "loss": {"name": "logit-adjusted"},
+    "cb": {
+        "loss": {"name": "cb-focal"},
         "sampler": "none",
         "features": "tfidf-svd",
         "optimizer": ADAGRAD,
@@ -250,12 +250,12 @@ def test_a_per_class_profile_is_refused_for_multi_label_rows(setting, tmp_path: 
 def test_a_single_label_full_loss_is_refused_naming_the_multi_label_losses(prepared) -> None:
     params, layout = prepared
     with pytest.raises(InvalidParameterError) as info:
-        train.run(params, layout, REGISTRY, "la")
+        train.run(params, layout, REGISTRY, "cb")
     message = str(info.value)
-    assert message.startswith("experiments.la.loss: loss 'logit-adjusted' takes one label per row")
-    for loss in ("multilabel-ce", "softmax", "decoupled", "sampled-softmax"):
+    assert message.startswith("experiments.cb.loss: loss 'cb-focal' takes one label per row")
+    for loss in ("multilabel-ce", "softmax", "logit-adjusted", "balanced-softmax", "decoupled"):
         assert loss in message
-    assert not layout.model("la").exists()
+    assert not layout.model("cb").exists()
 
 
 def _dense_scores(params, layout: Layout, experiment: str) -> np.ndarray:
