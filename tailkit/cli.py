@@ -6,6 +6,7 @@ mistakes (a :class:`~tailkit.errors.TailkitError`) print one ``Error:`` line and
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -50,6 +51,27 @@ def _guard(fn: Callable[[], Any]) -> Any:
     except TailkitError as exc:
         click.echo(f"Error: {_capped(str(exc))}", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in _ENVIRONMENT_ERRNOS:
+            raise  # anything else is a bug of ours and keeps its traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"Error: {where}{exc.strerror}{_ENVIRONMENT_ERRNOS[exc.errno]}", err=True)
+        sys.exit(2)
+    except MemoryError as exc:  # numpy's "Unable to allocate 7.11 PiB": a size in params
+        said = str(exc) or "out of memory"
+        click.echo(f"Error: {_capped(said)}; lower the sizes in params.yaml", err=True)
+        sys.exit(2)
+
+
+#: The OS errors that the machine, not tailkit, causes: a one-line error naming the file.
+_ENVIRONMENT_ERRNOS = {
+    errno.EACCES: " (check the folder's permissions)",
+    errno.EPERM: " (check the folder's permissions)",
+    errno.EROFS: " (the file system is read-only)",
+    errno.ENOSPC: " (free some space and run again; the previous output is kept)",
+    errno.EDQUOT: " (free some space and run again; the previous output is kept)",
+    errno.ENAMETOOLONG: " (a shorter name or path)",
+}
 
 
 #: The longest message printed whole: a value pasted into one (a megabyte-long string in

@@ -182,11 +182,13 @@ class ExperimentParams:
     # {"init_from": <experiment>, "classifier": "crt" | "tau-norm" | "lws", "tau": ...}.
     decoupled: dict[str, Any] | None = None
 
+    # Upper ends where torch's int64 sizes and indices would fail first with a traceback
+    # (negatives: 10**20 was a 59-line TypeError from torch.randint).
     constraints: ClassVar = {
-        "negatives": Interval(0, None),
+        "negatives": Interval(0, 2**31 - 1),
         "epochs": Interval(0, None, closed="neither"),
-        "batch_size": Interval(1, None),
-        "max_steps": Interval(1, None),
+        "batch_size": Interval(1, 2**31 - 1),
+        "max_steps": Interval(1, 2**62),
     }
 
 

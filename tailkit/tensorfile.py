@@ -9,7 +9,9 @@ tensor was. The bytes are a function of the content alone (sorted keys, no times
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,12 @@ def _split(tree: Any, path: str, tensors: dict[str, torch.Tensor], seen: set[int
 def save(path: str | Path, tree: dict[str, Any]) -> None:
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _split(tree, "", tensors, set())
-    save_file(tensors, str(path), metadata={_KEY: json.dumps(skeleton, sort_keys=True)})
+    try:
+        save_file(tensors, str(path), metadata={_KEY: json.dumps(skeleton, sort_keys=True)})
+    except SafetensorError as exc:  # its I/O errors are no OSError: say which, as one
+        said = str(exc)
+        code = errno.ENOSPC if "StorageFull" in said or "code: 28" in said else errno.EIO
+        raise OSError(code, os.strerror(code), str(path)) from exc
 
 
 def _join(tree: Any, tensors: dict[str, torch.Tensor]) -> Any:
