@@ -246,6 +246,13 @@ def _labels(raw: RawData, where: str) -> np.ndarray | LabelSets:
     if outside.size:
         row = int(outside[0])
         raise _out_of_range(row, int(labels[row]), raw.num_classes, where)
+    present = np.unique(labels)
+    if present.size < 2:  # no margin, no ranking, nothing to tell apart (margins: IndexError)
+        raise DataValidationError(
+            f"{where}: every row has the label "
+            f"{raw.label_names[int(present[0])] if present.size else 'none'!r}; a "
+            "classification needs rows of at least two classes"
+        )
     return labels
 
 

@@ -222,6 +222,16 @@ def test_a_label_id_out_of_range_is_refused_naming_its_row(tmp_path):
     assert not (tmp_path / "data" / "split").exists()
 
 
+def test_rows_of_one_class_are_refused_before_any_split(tmp_path):
+    with pytest.raises(DataValidationError) as info:
+        _stage(tmp_path, _raw(np.full(60, 1)))
+    assert str(info.value) == (
+        "dataset 'synthetic': every row has the label 'b'; a classification needs rows of at "
+        "least two classes"
+    )
+    assert not (tmp_path / "data" / "split").exists()
+
+
 def test_a_multilabel_id_out_of_range_is_refused_naming_its_row(tmp_path):
     import scipy.sparse as sp
 
