@@ -123,3 +123,24 @@ def test_a_planted_command_never_runs(tmp_path):
     # the git-tracked fingerprints survive it
     assert "must start with a letter or digit" in outputs[0], outputs[0]
     assert sorted(p.name for p in (project / "fingerprints").rglob("*.json")) == tracked
+
+
+@pytest.mark.slow
+def test_the_name_rule_is_dvcs(tmp_path):
+    """Names at the rule's edges render and resolve in DVC itself (stage addresses, params
+    keys, files); the ones DVC cannot run are refused by the rule."""
+    accepted = ["a", "A_b-9", "9lives", "x" * 100]
+    raw = copy.deepcopy(TINY_PARAMS)
+    template = raw["experiments"]["softmax"]
+    raw["experiments"] = {name: dict(template) for name in accepted}
+    parse_params(copy.deepcopy(raw))  # the rule takes them
+    project = make_project(tmp_path / "ok", raw)
+    listed = run(["dvc", "stage", "list", "--name-only"], project).stdout.split()
+    assert all(f"train@{name}" in listed and f"evaluate@{name}" in listed for name in accepted)
+    status = run(["dvc", "status", "--json"], project)  # every params key resolves
+    assert status.returncode == 0 and "missing" not in status.stdout + status.stderr
+
+    for refused in ("v1.0", "x" * 101, "seeds"):  # DVC nests the dot; a collision; too long
+        raw["experiments"] = {refused: dict(template)}
+        with pytest.raises(InvalidParameterError):
+            parse_params(copy.deepcopy(raw))
