@@ -47,7 +47,12 @@ def test_editing_the_data_file_reruns_download(tmp_path, monkeypatch):
 
     archive = _eurlex_archive(tmp_path)
     params = copy.deepcopy(TINY_PARAMS)
-    params["dataset"] = {"name": "eurlex-4k", "path": str(archive), "check_stats": False}
+    params["dataset"] = {  # one label a row: the tiny project has single-label losses
+        "name": "eurlex-4k",
+        "path": str(archive),
+        "check_stats": False,
+        "single_label": True,
+    }
     project = make_project(tmp_path / "project", params)
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     run(["dvc", "repro", "download"], project, **env)

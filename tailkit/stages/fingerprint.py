@@ -34,6 +34,7 @@ from typing import Any
 import tailkit.stages
 from tailkit.atomic import atomic_dir, write_json
 from tailkit.codehash import component_fingerprint, experiment_code, stage_code
+from tailkit.experiment import build_objective, check_labels, check_row_sampling, trains_itself
 from tailkit.file_hash import data_fingerprint, default_cache
 from tailkit.linked_outputs import refuse_linked_outputs
 from tailkit.params import Params
@@ -46,6 +47,7 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         return component_fingerprint(registry.get(kind, spec.get("name"), f"{key}.name"))
 
     refuse_linked_outputs(layout.root)  # before DVC reaches the stage that owns one
+    refuse_unfit_losses(params, registry)
     dataset = named("datasets", params.dataset, "dataset")
     data = data_fingerprint(params.dataset, default_cache())
     if data:  # the user's files behind `path` (tailkit/file_hash.py): their edits re-run all
@@ -70,6 +72,23 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
             for key, record in records.items():
                 write_json(tmp / group / f"{key}.json", record)
     return {"dataset": dataset, **groups}
+
+
+def refuse_unfit_losses(params: Params, registry: Registry) -> None:
+    """A loss or row sampling that cannot take the dataset's label sets, refused here, before
+    download, featurize and other experiments' training run, when the dataset says before
+    loading that its rows are multi-label (``multilabel``, as the XC datasets do); train
+    checks the same on the data itself."""
+    dataset = registry.build("datasets", params.dataset, "dataset")
+    if getattr(dataset, "multilabel", None) is not True:
+        return
+    label_sets = {"multilabel": True}
+    for name in params.experiments:
+        if trains_itself(params, name, registry):
+            continue
+        loss, _ = build_objective(params, name, registry)
+        check_labels(loss, params, name, label_sets, registry)
+        check_row_sampling(params, name, label_sets)
 
 
 def stage_modules() -> list[str]:

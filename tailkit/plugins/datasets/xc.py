@@ -149,6 +149,12 @@ class XC:
         self.check_stats = False
 
     @property
+    def multilabel(self) -> bool:
+        """Whether ``load`` gives label sets, known before any file is read (the fingerprint
+        stage refuses a loss that cannot take them before any stage runs)."""
+        return not self.single_label
+
+    @property
     def name(self) -> str:
         return self.known.name if self.known else "XC"
 
