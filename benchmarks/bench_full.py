@@ -41,7 +41,8 @@ from bench_distributed import train_case
 from tailkit.distributed.plan import plan
 from tailkit.distributed.world import ONE_PROCESS
 
-GEMM_CHUNK = 65_536  # labels in the calibration GEMM: large enough to reach the matrix rate
+GEMM_CHUNK = 262_144  # labels in the calibration GEMMs (at most C): wide enough that a GPU's
+# fp32 GEMMs reach the rate the step's full-width ones do (65,536 fell 14 % short on one)
 ROWS_PER_BATCH = 4  # batches of distinct random rows the loop cycles through
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 CASES = {"cpu": [(100_000, 128, 512), (1_000_000, 128, 512)], "cuda": [(1_000_000, 512, 4096)]}
@@ -52,13 +53,16 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def gemm_tflops(dim: int, batch: int, dtype: str, device: torch.device, repeats: int = 5) -> float:
-    """The median rate, in TFLOP/s, of a step's three GEMMs over GEMM_CHUNK labels: the logits
-    Z·Wᵀ, the embeddings' gradient G·W and the layer's gradient Gᵀ·Z (6·B·C_chunk·d FLOPs)."""
+def gemm_tflops(
+    dim: int, batch: int, dtype: str, device: torch.device, classes: int, repeats: int = 5
+) -> float:
+    """The median rate, in TFLOP/s, of a step's three GEMMs over min(C, GEMM_CHUNK) labels: the
+    logits Z·Wᵀ, the embeddings' gradient G·W and the layer's gradient Gᵀ·Z (6·B·C·d FLOPs)."""
+    width = min(classes, GEMM_CHUNK)
     gen = torch.Generator().manual_seed(0)
     z = torch.randn(batch, dim, generator=gen).to(device, DTYPES[dtype])
-    w = torch.randn(GEMM_CHUNK, dim, generator=gen).to(device, DTYPES[dtype])
-    g = torch.randn(batch, GEMM_CHUNK, generator=gen).to(device, DTYPES[dtype])
+    w = torch.randn(width, dim, generator=gen).to(device, DTYPES[dtype])
+    g = torch.randn(batch, width, generator=gen).to(device, DTYPES[dtype])
 
     def three() -> None:
         z @ w.T, g @ w, g.T @ z
@@ -72,7 +76,7 @@ def gemm_tflops(dim: int, batch: int, dtype: str, device: torch.device, repeats:
         _sync(device)
         times.append(time.perf_counter() - start)
     times.sort()
-    return 6 * batch * dim * GEMM_CHUNK / times[len(times) // 2] / 1e12
+    return 6 * batch * dim * width / times[len(times) // 2] / 1e12
 
 
 def step_case(classes: int, dim: int, batch: int, steps: int, device: torch.device) -> dict:
@@ -119,7 +123,7 @@ def main() -> None:
         planned = plan(classes, dim, 1, batch_size=batch).total_bytes / 1e9
         for dtype in dtypes:
             torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-            rate = gemm_tflops(dim, batch, dtype, device)
+            rate = gemm_tflops(dim, batch, dtype, device, classes)
             head = f"full: device={device.type} C={classes} d={dim} B={batch} dtype={dtype}"
             if dtype == "bf16":
                 print(f"{head} path=materialised examples_per_s=not-built gemm_tflops={rate:.3g}")
