@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -250,10 +249,8 @@ def test_synthetic_load_rejects_missing_files(tmp_path: Path) -> None:
         HierarchicalGaussian().load(tmp_path)
 
 
-def test_synthetic_100k_classes_generate_quickly() -> None:
-    start = time.perf_counter()
+def test_synthetic_100k_classes_generate_every_class() -> None:
+    # its speed is a benchmark's to say (no timed tests): here, the shape at 10^5 classes
     data = HierarchicalGaussian(num_classes=100_000, num_examples=200_000, seed=2).generate()
-    elapsed = time.perf_counter() - start
     assert data.centres.shape == (100_000, 32) and data.centres.dtype == np.float32
     assert np.bincount(data.labels, minlength=100_000).min() == 1
-    assert elapsed < 10, f"C = 10^5 took {elapsed:.1f} s"
