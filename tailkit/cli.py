@@ -233,7 +233,7 @@ def _stage_keys(group: str, flag: str, names: Any) -> tuple[str, ...]:
     found = stage_address()
     if found is None or found[0] != group:
         return ()
-    return (keyed_name(None, flag, {group: names}),)
+    return (keyed_name(flag, {group: names}),)
 
 
 #: The DVC stage groups that run each training or evaluation command: (foreach groups over
@@ -267,7 +267,7 @@ def _which_run(
         **dict.fromkeys(first_seeded, (firsts, seeds)),
         **dict.fromkeys(second_seeded, (seconds, seeds)),
     }
-    return seeded_name(None, None, "--experiment", single, matrix)
+    return seeded_name("--experiment", single, matrix)
 
 
 experiment_help = "[default: the DVC stage's, from DVC_STAGE]"
@@ -331,7 +331,6 @@ def train_decoupled(
     from tailkit.stages import train_decoupled as stage
 
     experiment, seed = _guard(lambda: _which_run(params_path, experiment, seed, "train-decoupled"))
-
     _train(stage.run, params_path, experiment, quiet, "train-decoupled", seed)
 
 

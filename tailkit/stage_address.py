@@ -34,12 +34,10 @@ def stage_address() -> tuple[str, str] | None:
     return group.rpartition(":")[2], key  # without the dvc.yaml path DVC puts before ':'
 
 
-def keyed_name(option: str | None, flag: str, groups: Mapping[str, Iterable[str]]) -> str:
-    """``option`` when given, else the key of the ``foreach`` stage running this command.
-
-    ``groups`` maps each stage group that runs this command to the names it may run."""
-    if option is not None:
-        return option
+def keyed_name(flag: str, groups: Mapping[str, Iterable[str]]) -> str:
+    """The key of the ``foreach`` stage running this command (``flag`` names the option that
+    gives it by hand). ``groups`` maps each stage group that runs this command to the names it
+    may run."""
     found = stage_address()
     if found is None or found[0] not in groups:
         raise InvalidParameterError(f"{flag} is required outside a DVC stage of {_of(groups)}")
@@ -53,17 +51,12 @@ def keyed_name(option: str | None, flag: str, groups: Mapping[str, Iterable[str]
 
 
 def seeded_name(
-    option: str | None,
-    seed: int | None,
     flag: str,
     single: Mapping[str, Iterable[str]],
     matrix: Mapping[str, tuple[Iterable[str], Iterable[int]]],
 ) -> tuple[str, int | None]:
-    """(name, seed) from the options when ``option`` is given, else from the DVC stage: a
-    ``single`` group's key is a name (seed None); a ``matrix`` group's is ``<name>-<seed>``
-    over its (names, seeds)."""
-    if option is not None:
-        return option, seed
+    """(name, seed) of the DVC stage running this command: a ``single`` group's key is a name
+    (seed None); a ``matrix`` group's is ``<name>-<seed>`` over its (names, seeds)."""
     found = stage_address()
     if found is not None and found[0] in matrix:
         group, key = found
@@ -77,7 +70,7 @@ def seeded_name(
                 "run `dvc repro` again after editing params.yaml"
             )
         return pairs[0]
-    return keyed_name(None, flag, single), None
+    return keyed_name(flag, single), None
 
 
 def _of(groups: Mapping) -> str:

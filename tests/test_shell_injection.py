@@ -29,12 +29,12 @@ def test_no_command_of_dvc_yaml_interpolates_a_value():
 def test_the_key_comes_from_dvc_stage(monkeypatch):
     monkeypatch.setenv("DVC_STAGE", "train@sampled-uniform")
     assert stage_address() == ("train", "sampled-uniform")
-    assert keyed_name(None, "--experiment", {"train": ["softmax", "sampled-uniform"]}) == (
+    assert keyed_name("--experiment", {"train": ["softmax", "sampled-uniform"]}) == (
         "sampled-uniform"
     )
     monkeypatch.setenv("DVC_STAGE", "studies/dvc.yaml:featurize@rff")  # a dvc.yaml elsewhere
     assert stage_address() == ("featurize", "rff")
-    assert keyed_name("given", "--features", {"featurize": ["rff"]}) == "given"
+    assert keyed_name("--features", {"featurize": ["rff"]}) == "rff"
 
 
 def test_a_matrix_key_resolves_among_hyphenated_names(monkeypatch):
@@ -43,23 +43,23 @@ def test_a_matrix_key_resolves_among_hyphenated_names(monkeypatch):
     for name in names:
         for seed in seeds:
             monkeypatch.setenv("DVC_STAGE", f"train-seed@{name}-{seed}")
-            got = seeded_name(None, None, "--experiment", {"train": names}, matrix)
+            got = seeded_name("--experiment", {"train": names}, matrix)
             assert got == (name, seed)
     monkeypatch.setenv("DVC_STAGE", "train@b-c")
-    assert seeded_name(None, None, "--experiment", {"train": names}, matrix) == ("b-c", None)
+    assert seeded_name("--experiment", {"train": names}, matrix) == ("b-c", None)
 
 
 def test_an_unknown_key_is_refused(monkeypatch):
     matrix = {"train-seed": (["a", "a-1"], [1, 11])}
     monkeypatch.setenv("DVC_STAGE", "train-seed@a-2")
     with pytest.raises(InvalidParameterError, match=r"no \(name, seed\) pair"):
-        seeded_name(None, None, "--experiment", {"train": ["a"]}, matrix)
+        seeded_name("--experiment", {"train": ["a"]}, matrix)
     monkeypatch.setenv("DVC_STAGE", "train@x; touch PWNED")
     with pytest.raises(InvalidParameterError, match="no such name"):
-        keyed_name(None, "--experiment", {"train": ["softmax"]})
+        keyed_name("--experiment", {"train": ["softmax"]})
     monkeypatch.delenv("DVC_STAGE")
     with pytest.raises(InvalidParameterError, match="--experiment is required"):
-        keyed_name(None, "--experiment", {"train": ["softmax"]})
+        keyed_name("--experiment", {"train": ["softmax"]})
 
 
 @pytest.mark.parametrize(
