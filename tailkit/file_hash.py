@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from tailkit.atomic import write_json
+from tailkit.catalog import cache_dir
 from tailkit.errors import InvalidParameterError
 
 #: The dataset options that name the user's files (a plugin's ``path`` counts the same).
@@ -78,8 +78,4 @@ def _load(cache: Path | None) -> dict[str, str]:
 
 
 def default_cache() -> Path:
-    return (
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "tailkit"
-        / ("file-hashes.json")
-    )
+    return cache_dir() / "file-hashes.json"  # beside the component catalog's cache
