@@ -402,7 +402,7 @@ def sweep_checkpoints(root: Path) -> tuple[list[str], int]:
     from tailkit.params import SEED_RUN, load_params
     from tailkit.paths import Layout
 
-    folder = Layout(root).checkpoint("x").parent
+    folder = Layout(root).checkpoints
     if not folder.is_dir():
         return [], 0
     params = load_params(root / "params.yaml")

@@ -64,8 +64,12 @@ class Layout:
         """A decoupled run's model with one of ``base.extra_seeds`` (``<run>+seed<s>``)."""
         return self.root / "data" / "decoupled-seeds" / name
 
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "data" / "checkpoints"
+
     def checkpoint(self, experiment: str) -> Path:
-        return self.root / "data" / "checkpoints" / experiment
+        return self.checkpoints / experiment
 
     def metrics(self, experiment: str) -> Path:
         """The headline metrics, the DVC metrics file (``metrics_file.HEADLINE``)."""
