@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from tailkit.errors import InvalidParameterError, did_you_mean
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
-from tailkit.params_yaml import read_params_yaml
+from tailkit.params_yaml import read_params_yaml, shortened
 from tailkit.paths import Layout
 from tailkit.validation import SEED, Interval, Options, validate_options
 
@@ -331,11 +331,9 @@ def _component(source: str, key: str, value: Any) -> dict[str, Any]:
 
 def _check_name(source: str, key: str, name: Any) -> None:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        shown = repr(name)
-        shown = shown if len(shown) <= 100 else shown[:100] + "…"
         where = key.encode("unicode_escape").decode()[:100]  # one line, whatever the name holds
         raise InvalidParameterError(
-            f"{source}: {where}: name {shown} must start with a letter or digit and hold "
+            f"{source}: {where}: name {shortened(name)} must start with a letter or digit and hold "
             "at most 100 letters, digits, '_' and '-' (it becomes a DVC stage and file name)"
         )
     if name in RESERVED_NAMES:

@@ -60,7 +60,7 @@ class _Loader(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             if isinstance(key, str | int | float | bool) and key in seen:
                 raise InvalidParameterError(
-                    f"{self.source}:{line}: key {_short(key)} is given twice (lines "
+                    f"{self.source}:{line}: key {shortened(key)} is given twice (lines "
                     f"{seen[key]} and {line}); DVC refuses such a file: keep one"
                 )
             if isinstance(key, str | int | float | bool):
@@ -94,6 +94,7 @@ def _at_least(values: int) -> str:
     return f"more than {MAX_VALUES:,}" if values > MAX_VALUES else f"{values:,}"
 
 
-def _short(value: Any) -> str:
+def shortened(value: Any) -> str:
+    """``repr(value)``, cut at 100 characters: a value pasted into a message stays short."""
     text = repr(value)
     return text if len(text) <= 100 else text[:100] + "…"
