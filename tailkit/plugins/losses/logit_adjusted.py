@@ -125,7 +125,8 @@ class BalancedSoftmax(_NeedsSetup):
     log n_y = log π_y + log N, and a constant shift changes no softmax, so this is the LA loss
     with τ = 1 without its ε: a label with no training row gets −inf (it is never a target, and
     its softmax term is exactly 0). Prediction uses the raw logits (BalancedMetaSoftmax issue
-    #13). Multi-label rows take PAL-N on the adjusted logits, as the logit-adjusted loss does. ``reduction="mean"`` divides by B; ``"sum"`` does not.
+    #13). Multi-label rows take PAL-N on the adjusted logits, as the logit-adjusted loss
+    does. ``reduction="mean"`` divides by B; ``"sum"`` does not.
     """
 
     multilabel = True
