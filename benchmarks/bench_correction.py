@@ -16,7 +16,7 @@ ratio. Label chunks of 16,384 as the million-labels study asks, which the CPU na
 tile_bounds); on a GPU they widen. Goal: corrected ÷ uncorrected ≤ 2.0 at d = 32 and ≤ 1.2
 at d = 256.
 
-Timed with malloc as the `tailkit` command runs the evaluate stage (tailkit/allocator.py): a
+Timed with malloc as the `tailkit` command runs the evaluate stage (tailkit/native/allocator.py): a
 fresh (rows × chunk) block of scores is then reused, not faulted in anew.
 
 The tree has random weights in the shape a fit gives it (tailkit.testing.trees, fitted_shape):
@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from tailkit.allocator import reexec_with_tuned_malloc
+from tailkit.native.restart import restart_with_settled_environment
 from tailkit.components import Loss, PredictionContext
 from tailkit.evaluation.predict import predict
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: the torch path there")
     parser.add_argument("--rows", type=int, default=None, help="rows a call (default: by size)")
     args = parser.parse_args()
-    reexec_with_tuned_malloc()
+    restart_with_settled_environment()
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(

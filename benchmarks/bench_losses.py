@@ -15,7 +15,7 @@ case's time over CE's time *in the same round* (goal: ≤ 1.05) with that ratio'
 shared machine whose load comes and goes, a round's ratio cancels the load of that round, where
 the ratio of two medians would not. The
 machine's FP32 GEMM GFLOP/s is printed for scale. The timing runs with glibc's malloc set up as
-the ``tailkit`` command sets it for the stages (tailkit/allocator.py: freed blocks reused, not
+the ``tailkit`` command sets it for the stages (tailkit/native/allocator.py: freed blocks reused, not
 faulted in anew; ``--system-malloc`` times glibc's defaults instead). ``--loss-only`` times
 the loss's own forward and backward on fixed logits and embeddings instead of the step: the
 part a loss adds, free of the GEMMs' share of a shared machine's noise.
@@ -48,7 +48,7 @@ import time
 import torch
 from bench_step import gemm_gflops  # benchmarks/ is the script's directory, on sys.path
 
-from tailkit.allocator import TUNABLES, reexec_with_tuned_malloc
+from tailkit.native.allocator import TUNABLES, reexec_with_tuned_malloc
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
 from tailkit.training.optim import RowSparseAdagrad
@@ -199,9 +199,9 @@ def main() -> None:
         peak_of_one_case(args.peak_of, args)
         return
     if not args.system_malloc:
-        # Timed with malloc as the `tailkit` command runs the stages (tailkit/allocator.py);
+        # Timed with malloc as the `tailkit` command runs the stages (tailkit/native/allocator.py);
         # the memory subprocesses start with glibc's defaults and their own setting.
-        reexec_with_tuned_malloc()
+        restart_with_settled_environment()
 
     registry = make_registry()
     counts = zipf_counts(args.classes)

@@ -26,7 +26,7 @@ import torch
 
 from tailkit.experiment import build_optimizer
 from tailkit.registry import make_registry
-from tailkit.runtime import resolve_device
+from tailkit.native.device import resolve_device
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.output_layer import OutputLayer
 

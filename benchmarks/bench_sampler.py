@@ -20,7 +20,7 @@ Goal for 1 on the 2-core CPU: ≥ 8 M tree draws/s at C = 10^6 (issue 18; an ear
 tables' shape, not their values.
 
 Timed with malloc and OpenMP as the ``tailkit`` command runs the stages
-(tailkit/allocator.py: freed blocks reused, the heap on transparent huge pages, one OpenMP
+(tailkit/native/allocator.py: freed blocks reused, the heap on transparent huge pages, one OpenMP
 runtime for torch and numba); ``TAILKIT_MALLOC=system`` times glibc's defaults. The tree's
 deep levels are scattered reads of a 68 MB table at C = 10^6, and 4 KiB pages make each a TLB
 miss: on the 2-core Xeon the stages' set-up gave 5.68–5.96 M draws/s against 5.35–5.55 M with
@@ -37,7 +37,7 @@ import time
 import numpy as np
 import torch
 
-from tailkit.allocator import reexec_with_tuned_malloc
+from tailkit.native.restart import restart_with_settled_environment
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.tree_fit import tree_depth
 from tailkit.registry import make_registry
@@ -205,7 +205,7 @@ def main() -> None:
     parser.add_argument("--model-dim", type=int, default=128)
     parser.add_argument("--no-fit", action="store_true", help="skip the 10^5-label fit")
     args = parser.parse_args()
-    reexec_with_tuned_malloc()
+    restart_with_settled_environment()
     registry = make_registry()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     bandwidth = read_bandwidth()

@@ -16,7 +16,7 @@ The sampled step is the training loop's own (``tailkit.training.loop.sampled_inp
 log q, the scored rows and the accidental hits), with embeddings that take a gradient as an
 encoder's output does, so its three GEMMs are the 6·B·m·d FLOPs the rate counts; goal
 (issue 18): the sampled step at ≥ 0.7 of the GEMM rate. Run with malloc tuned as the
-``tailkit`` stages run (tailkit/allocator.py).
+``tailkit`` stages run (tailkit/native/allocator.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from tailkit.allocator import reexec_with_tuned_malloc
+from tailkit.native.restart import restart_with_settled_environment
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
 from tailkit.training.loop import sampled_input
@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--full-batch", type=int, default=256)
     args = parser.parse_args()
-    reexec_with_tuned_malloc()
+    restart_with_settled_environment()
     registry = make_registry()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     gemm = gemm_gflops()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 def _cache_home() -> Path:
     """tailkit's folder in the user's cache directory (``$XDG_CACHE_HOME`` or ~/.cache): the
-    compiled kernels and the OpenMP links (:mod:`tailkit.openmp`) live there."""
+    compiled kernels and the OpenMP links (:mod:`tailkit.native.openmp`) live there."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit"
 
 
@@ -25,7 +25,9 @@ def _cache_home() -> Path:
 # numba keys a cached kernel on its own module's source only, so the directory is named after
 # the helpers every kernel inlines (fastmath.py): an edit there must not serve stale machine
 # code. Set before anything in tailkit imports numba, which reads it once.
-_HELPERS = hashlib.sha256((Path(__file__).parent / "fastmath.py").read_bytes()).hexdigest()[:12]
+_HELPERS = hashlib.sha256(
+    (Path(__file__).parent / "native" / "fastmath.py").read_bytes()
+).hexdigest()[:12]
 os.environ.setdefault("NUMBA_CACHE_DIR", str(_cache_home() / f"numba-{_HELPERS}"))
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
-from tailkit.allocator import reexec_with_tuned_malloc
+from tailkit.native.restart import restart_with_settled_environment
 
-reexec_with_tuned_malloc()  # before the CLI's imports: the restart then costs little
+restart_with_settled_environment()  # before the CLI's imports: the restart then costs little
 
 from tailkit.cli import main
 

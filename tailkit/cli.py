@@ -19,9 +19,9 @@ from typing import Any
 import click
 
 from tailkit import progress
-from tailkit.allocator import reexec_with_tuned_malloc
 from tailkit.catalog import load_catalog, records
 from tailkit.errors import InvalidParameterError, TailkitError
+from tailkit.native.restart import restart_with_settled_environment
 from tailkit.params import Params, load_params
 from tailkit.paths import Layout
 from tailkit.registry import (
@@ -668,5 +668,5 @@ def options(kind: str, name: str) -> None:
 
 
 def main() -> None:
-    reexec_with_tuned_malloc()  # glibc reads its malloc settings at start (tailkit/allocator.py)
+    restart_with_settled_environment()  # settings read at load (tailkit/native/restart.py)
     cli()

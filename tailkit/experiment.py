@@ -13,6 +13,8 @@ import torch
 from tailkit.codehash import tool_versions
 from tailkit.components import Loss, Sampler
 from tailkit.errors import InvalidParameterError
+from tailkit.native.arithmetic import provenance_record
+from tailkit.native.device import resolve_device
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
@@ -181,10 +183,12 @@ def feature_dir(params: Params, layout: Layout, experiment: str) -> Path:
     return layout.feature_set(params.experiment(experiment).features)
 
 
-def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> dict[str, str]:
+def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> dict[str, Any]:
     """Which plugin distribution and version supplied each component of an experiment, so a
-    metrics file (and ``dvc metrics diff``) records the code behind every number."""
-    out = {
+    metrics file (and ``dvc metrics diff``) records the code behind every number; and under
+    ``arithmetic``, the mode, machine, device and numerical libraries that made its bits
+    (:func:`tailkit.native.arithmetic.provenance_record`)."""
+    out: dict[str, Any] = {
         "dataset": registry.provenance("datasets", params.dataset),
         "featurizer": registry.provenance("featurizers", params.featurize[settings["features"]]),
         "model": registry.provenance("models", settings["model"]),
@@ -196,6 +200,7 @@ def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> 
         out[distribution] = f"{distribution} {version}"
     if settings["sampler"] != NO_SAMPLER:
         out["sampler"] = registry.provenance("samplers", params.samplers[settings["sampler"]])
+    out["arithmetic"] = provenance_record(resolve_device(params.base.device).type)
     return out
 
 

@@ -11,6 +11,16 @@ from pathlib import Path
 from tailkit.errors import DataValidationError
 
 TIMING_SUFFIX = "_seconds"  # a report key that holds a time belongs in a timing file
+#: The outputs that hold wall-clock time (docs/reproducibility.md: "Which files carry time"):
+#: a rerun may change them and nothing else.
+TIMING_OUTPUTS = ("metrics/timings/", "plots/train/", "plots/report/curves.tsv", "reports/")
+#: Folders that DVC tracks as a whole and that hold some of those files.
+TIMING_FOLDERS = ("metrics", "plots/train", "plots/report", "reports/figures")
+
+
+def carries_time(path: str) -> bool:
+    """Whether the output at ``path`` (relative, POSIX) may differ between identical runs."""
+    return path.startswith(TIMING_OUTPUTS) or path in TIMING_FOLDERS
 
 
 def require(path: Path, producer: str) -> Path:

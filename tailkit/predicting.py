@@ -45,11 +45,11 @@ from tailkit.evaluation.predict import predict
 from tailkit.evaluation.results import probabilities_of
 from tailkit.experiment import feature_dir, trains_itself
 from tailkit.featurizing import as_output
+from tailkit.native.device import resolve_device
 from tailkit.params import Params
 from tailkit.parquet import read_table, write_table
 from tailkit.paths import Layout
 from tailkit.registry import Registry
-from tailkit.runtime import resolve_device
 from tailkit.sparse import SparseRows
 from tailkit.splits import SPLITS, read_labels, read_split
 from tailkit.trained import restore, restore_learner

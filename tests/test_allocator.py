@@ -1,4 +1,4 @@
-"""tailkit/allocator.py: the ``tailkit`` command restarts itself with glibc's malloc set up so
+"""tailkit/native/allocator.py: the ``tailkit`` command restarts itself with glibc's malloc set up so
 that a freed large tensor's block is reused, without faulting its pages in again."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from tailkit.allocator import TUNABLES, tuned_environment
+from tailkit.native.allocator import TUNABLES, tuned_environment
 
 # A fresh 100 MB tensor, filled, freed, three times: the page faults of the last two.
 PROBE = """
 import json, resource, sys
-from tailkit.allocator import reexec_with_tuned_malloc
-reexec_with_tuned_malloc()
+from tailkit.native.restart import restart_with_settled_environment
+restart_with_settled_environment()
 import torch
 
 def faults_of_a_fresh_tensor():

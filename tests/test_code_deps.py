@@ -60,7 +60,8 @@ def test_each_stage_depends_on_exactly_the_core_modules_it_imports(stage):
 
 def test_the_fingerprint_stage_writes_every_stage_modules_closure(tmp_path):
     """Every stage module gets its file (a new stage module gets one without a list to edit),
-    holding its closure's hashes."""
+    holding its closure's hashes and the arithmetic's mode."""
+    from tailkit.native.arithmetic import arithmetic_record
     from tailkit.params import load_params
     from tailkit.paths import Layout
     from tailkit.stages import fingerprint
@@ -69,7 +70,7 @@ def test_the_fingerprint_stage_writes_every_stage_modules_closure(tmp_path):
     fingerprint.run(load_params(ROOT / "params.yaml"), Layout(tmp_path), make_registry())
     for module in fingerprint.stage_modules():
         written = json.loads((tmp_path / "fingerprints" / "stages" / f"{module}.json").read_text())
-        assert written == codehash.stage_code(module)
+        assert written == {**codehash.stage_code(module), "arithmetic": arithmetic_record()}
         assert written["sha256"] == codehash.digest(written["files"])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailkit.fastmath import exp_neg_f64_array, exp_nonpositive_array, log_sigmoid_array
+from tailkit.native.fastmath import exp_neg_f64_array, exp_nonpositive_array, log_sigmoid_array
 
 
 def test_exp_polynomial_relative_error():

@@ -1,4 +1,4 @@
-"""numba's cache keyed by source content (tailkit/kernel_cache.py): a second clone of the same
+"""numba's cache keyed by source content (tailkit/native/kernel_cache.py): a second clone of the same
 code loads the first one's machine code; changed code, or a changed module it imports from,
 is compiled again."""
 
@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tailkit.kernel_cache import source_stamp
+from tailkit.native.kernel_cache import source_stamp
 
 KERNEL = """import numba
 
-from tailkit import kernel_cache  # noqa: F401
+from tailkit.native import kernel_cache  # noqa: F401
 
 
 @numba.njit(cache=True)
@@ -27,7 +27,7 @@ def double(x):
 LOAD = """
 import importlib.util, pathlib, sys
 import numpy as np
-import tailkit.kernel_cache as kc
+import tailkit.native.kernel_cache as kc
 kc.PACKAGE = pathlib.Path(sys.argv[1]).resolve()
 spec = importlib.util.spec_from_file_location("kmod", kc.PACKAGE / "kmod.py")
 module = sys.modules["kmod"] = importlib.util.module_from_spec(spec)

@@ -1,4 +1,4 @@
-"""tailkit/openmp.py: the ``tailkit`` command's restart makes numba's OpenMP layer use the
+"""tailkit/native/openmp.py: the ``tailkit`` command's restart makes numba's OpenMP layer use the
 runtime torch ships, so one thread pool serves both."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tailkit.openmp import ALIASES, OPT_OUT, shared_openmp_environment, torch_libgomp
+from tailkit.native.openmp import ALIASES, OPT_OUT, shared_openmp_environment, torch_libgomp
 
 BUNDLED = torch_libgomp()
 needs_bundled = pytest.mark.skipif(
@@ -21,8 +21,8 @@ needs_bundled = pytest.mark.skipif(
 # After the restart: a numba prange kernel run after a torch op; which libgomp files are mapped.
 PROBE = """
 import json, os
-from tailkit.allocator import reexec_with_tuned_malloc
-reexec_with_tuned_malloc()
+from tailkit.native.restart import restart_with_settled_environment
+restart_with_settled_environment()
 import numba, numpy as np, torch
 
 torch.ones(1000) @ torch.ones(1000)

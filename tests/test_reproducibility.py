@@ -25,14 +25,7 @@ from conftest import ROOT, TINY_PARAMS, make_project, run
 
 pytestmark = pytest.mark.slow
 
-# The files that hold wall-clock time (README: "Which files carry time"); nothing else may differ.
-TIMING = ("metrics/timings/", "plots/train/", "plots/report/curves.tsv", "reports/")
-# Folders the report depends on or writes as a whole, which hold some of those files.
-TIMING_FOLDERS = ("metrics", "plots/train", "plots/report", "reports/figures")
-
-
-def _carries_time(path: str) -> bool:
-    return path.startswith(TIMING) or path in TIMING_FOLDERS
+from tailkit.paths import carries_time as _carries_time
 
 
 def _plugin(site: Path, name: str, loss: str, doc: str) -> Path:

@@ -8,8 +8,8 @@ import numba
 import numpy as np
 import pytest
 
-from tailkit.fastmath import EXACT_ENOUGH, softplus_neg_f32
-from tailkit.vector_width import PREFER_512, prefer_512_bit_vectors
+from tailkit.native.fastmath import EXACT_ENOUGH, softplus_neg_f32
+from tailkit.native.vector_width import PREFER_512, prefer_512_bit_vectors
 
 
 @numba.njit(inline="always", error_model="numpy", fastmath=EXACT_ENOUGH)

@@ -11,7 +11,7 @@ element-wise test and the insertion sort of the running top-k almost never run).
 
 Determinism: each row is reduced by one thread, in an order fixed by the chunk's length, so a
 row's values do not depend on how many rows share the call. The exponentials are float32 (the
-polynomial of tailkit/fastmath.py, shifted by the row's float32 maximum), summed in float32
+polynomial of tailkit/native/fastmath.py, shifted by the row's float32 maximum), summed in float32
 lanes over blocks of 1,024 columns and the blocks in float64: a row's sum is within ~3e-7
 relative of a float64 sum of float64 exponentials (what this kernel computed before, at twice
 the cost of the whole merge), so a float32 log-partition moves by 0–2 ulps.
@@ -22,8 +22,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import CLAMP_F32, exp_neg_f32
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
 
 #: Running maxima, one per column of a 64-column stripe (see softmax_kernels._MAX_STRIPE: the
 #: element-wise max of a stripe into them vectorises, 16 unrolled maxima did not).
@@ -56,7 +56,7 @@ _ZERO = np.float32(0.0)
 @numba.njit(cache=True, error_model="numpy", fastmath={"contract", "reassoc"})
 def _sum_exp(s, m):
     """Σ e^(s[j] − m) for the row's float32 maximum m: the float32 polynomial exp of
-    tailkit/fastmath.py in float32 lanes, blocks of 1,024 added in float64. The float64
+    tailkit/native/fastmath.py in float32 lanes, blocks of 1,024 added in float64. The float64
     exp it replaced was 0.44 of the merge's 0.64 ns a label (two cores); this takes 0.16, and
     a row's sum moves by at most ~3e-7 relative (a float32 log-partition by 0–2 ulps)."""
     mf = np.float32(m)

@@ -15,6 +15,7 @@ from tailkit.paths import Layout, require
 from tailkit.reporting import figures
 from tailkit.reporting.runs import Run
 from tailkit.reporting.tables import (
+    arithmetic_summary,
     comparison_table,
     is_multilabel,
     plugin_versions,
@@ -84,6 +85,9 @@ def study_markdown(title: str, runs: list[Run]) -> str:
     if differing:
         parts += ["### Settings\n", differing]
     parts.append(plugin_versions(runs))
+    arithmetic = arithmetic_summary(runs)
+    if arithmetic:
+        parts.append(arithmetic)
     return "\n".join(parts)
 
 

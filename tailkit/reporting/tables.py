@@ -308,7 +308,9 @@ def plugin_versions(runs: Sequence[Run]) -> str:
     supplied the components behind the numbers (recorded by train in each metrics file)."""
     by_distribution: dict[str, list[str]] = {}
     for run in runs:
-        for provenance in (run.metrics.get("plugins") or {}).values():
+        for key, provenance in (run.metrics.get("plugins") or {}).items():
+            if key == "arithmetic":  # not a plugin: the machine's part (arithmetic_summary)
+                continue
             name, _, origin = provenance.partition(" (")
             names = by_distribution.setdefault(origin.rstrip(")") or "unknown", [])
             if name not in names:
@@ -317,3 +319,23 @@ def plugin_versions(runs: Sequence[Run]) -> str:
         return "Plugins: not recorded (metrics from before tailkit recorded them).\n"
     parts = [f"{dist}: {', '.join(names)}" for dist, names in sorted(by_distribution.items())]
     return "Plugins: " + "; ".join(parts) + ".\n"
+
+
+def arithmetic_summary(runs: Sequence[Run]) -> str:
+    """``Arithmetic: portable (x86-64-v3) on cpu.`` — how the bits behind the numbers were
+    made (tailkit/native/arithmetic.py), per experiment where they differ; empty for metrics
+    from before tailkit recorded it."""
+    seen: dict[str, list[str]] = {}
+    for run in runs:
+        record = (run.metrics.get("plugins") or {}).get("arithmetic")
+        if not isinstance(record, dict):
+            continue
+        where = record.get("target") or record.get("cpu") or "unknown CPU"
+        label = f"{record.get('mode', 'unknown')} ({where}) on {record.get('device', 'cpu')}"
+        seen.setdefault(label, []).append(run.name)
+    if not seen:
+        return ""
+    if len(seen) == 1:
+        return f"Arithmetic: {next(iter(seen))}.\n"
+    parts = [f"{label}: {', '.join(names)}" for label, names in sorted(seen.items())]
+    return "Arithmetic: " + "; ".join(parts) + ".\n"

@@ -38,11 +38,11 @@ from tailkit.evaluation.results import (
 )
 from tailkit.experiment import feature_dir, trains_itself
 from tailkit.labels import LabelSets
+from tailkit.native.device import resolve_device
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.progress import notice
 from tailkit.registry import Registry
-from tailkit.runtime import resolve_device
 from tailkit.trained import restore, restore_learner
 
 

@@ -14,7 +14,8 @@ import closure (:mod:`tailkit.codehash`):
 * ``fingerprints/experiments/<experiment>.json``: the experiment's loss, model and sampler
   (train@ and evaluate@ of that experiment);
 * ``fingerprints/stages/<module>.json``: the core files each stage module imports (its import
-  closure outside the plugins), which that stage's every instance depends on.
+  closure outside the plugins), which that stage's every instance depends on, and the mode of
+  the arithmetic (:mod:`tailkit.native.arithmetic`): switching to native re-runs every stage.
 
 The last could be dvc.yaml dependencies themselves, one per file, as they once were: but DVC
 re-reads and rewrites the whole of ``dvc.lock`` (ruamel, pure Python) after every stage, and
@@ -37,6 +38,7 @@ from tailkit.codehash import component_fingerprint, experiment_code, stage_code
 from tailkit.experiment import build_objective, check_labels, check_row_sampling, trains_itself
 from tailkit.file_hash import data_fingerprint, default_cache
 from tailkit.linked_outputs import refuse_linked_outputs
+from tailkit.native.arithmetic import arithmetic_record
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
@@ -64,7 +66,11 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
         "experiments": {
             name: experiment_code(params, registry, name) for name in params.experiments
         },
-        "stages": {name: stage_code(name) for name in stage_modules()},
+        # the arithmetic's mode is every stage's input too (tailkit/native/arithmetic.py)
+        "stages": {
+            name: {**stage_code(name), "arithmetic": arithmetic_record()}
+            for name in stage_modules()
+        },
     }
     with atomic_dir(layout.fingerprints) as tmp:
         write_json(tmp / "dataset.json", dataset)

@@ -39,10 +39,10 @@ from tailkit.experiment import (
     provenance,
     trains_itself,
 )
+from tailkit.native.device import resolve_device
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
-from tailkit.runtime import resolve_device
 from tailkit.splits import read_meta
 from tailkit.training.cadence import plan_validation, step_work
 from tailkit.training.checkpoint import Checkpointer

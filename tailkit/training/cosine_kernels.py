@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 
 _ZERO = np.float32(0.0)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 
 
 @numba.njit(parallel=True, cache=True)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.grouping import group_by
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.grouping import group_by
 
 #: Gathered rows per parallel task: each task allocates one scratch row (an allocation per
 #: row cost more than the sums at 16,000 rows).

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 import torch
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 
 
 @numba.njit(cache=True, inline="always")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 
 #: Bits of the key sorted per pass: 2,048 counters stay in L1 beside the keys.
 DIGIT_BITS = 11

@@ -6,7 +6,7 @@ Why hand-written: every entry needs softplus and sigmoid (and for γ ∉ {0, 1} 
 transcendental passes in torch, each a (B, C) tensor written and read again, which made the
 focal loss the costliest long-tail loss per step (fused_binary.py has the formulas). Here
 e = e^(−|z|) and log(1 + e) are computed once per entry with the vectorisable helpers of
-:mod:`tailkit.fastmath`, and both follow from them:
+:mod:`tailkit.native.fastmath`, and both follow from them:
 
     softplus(z) = max(z, 0) + log(1 + e),  σ(z) = (1 if z ≥ 0 else e) / (1 + e),
     σ(−z) = (e if z ≥ 0 else 1) / (1 + e),  log σ(z) = min(z, 0) − log(1 + e).
@@ -26,8 +26,8 @@ import math
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import CLAMP_F32, exp_neg_f32, log1p_unit_f32, reciprocal_unit_f32
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32, log1p_unit_f32, reciprocal_unit_f32
 
 _BLOCK = 1024
 _ZERO, _ONE = np.float32(0.0), np.float32(1.0)

@@ -29,8 +29,8 @@ import math
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import CLAMP_F32, exp_neg_f32
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
 from tailkit.plugins.losses.softmax_kernels import _row_max
 
 _ZERO = np.float32(0.0)

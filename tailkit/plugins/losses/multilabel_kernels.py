@@ -24,8 +24,8 @@ import math
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import CLAMP_F32, exp_neg_f32
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
 
 # The cross-entropy kernel's row passes, with a per-row offset of −∞ at the positives for the
 # mask: a byte mask beside float32 lanes kept LLVM from vectorising the sum (10× slower).

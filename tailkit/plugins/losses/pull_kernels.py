@@ -36,8 +36,8 @@ import math
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import exp_neg_f64
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import exp_neg_f64
 
 #: The smallest normal float32, 2^−126: a weight below it is skipped (module docstring).
 _TINY = np.float32(np.finfo(np.float32).tiny)

@@ -12,7 +12,7 @@ Per row i, with a_ij = f_ij + w_ij (the negative logit plus its log weight, adde
 as torch adds them) over the negatives j that are not accidental hits, and the positive p_i:
 lse_i = M + log(e^(p_i − M) + Σ_j e^(a_ij − M)) with M the largest of them, ℓ_i = lse_i − p_i,
 ∂ℓ_i/∂p_i = e^(p_i − lse_i) − 1, ∂ℓ_i/∂f_ij = e^(a_ij − lse_i) (0 at a hit). The exponentials
-are :mod:`tailkit.fastmath`'s vectorisable float32 ones, summed in float32 over the row (m is a
+are :mod:`tailkit.native.fastmath`'s vectorisable float32 ones, summed in float32 over the row (m is a
 few thousand at most) and the row's total kept in float64, as the full-softmax kernels
 (:mod:`~tailkit.plugins.losses.softmax_kernels`) do. One thread reduces a row in a fixed order,
 so the values do not depend on the thread count. A NaN in a row's positive or in a negative
@@ -25,8 +25,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import CLAMP_F32, exp_neg_f32
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
 from tailkit.plugins.losses.softmax_kernels import _MAX_STRIPE
 
 _ZERO = np.float32(0.0)

@@ -7,7 +7,7 @@ the written log-probabilities, their exp, the scaling, the one-hot) and keeps a 
 for the backward; an offset table or a target margin (logit adjustment, balanced softmax,
 LDAM, ELM, DRO-LT) adds one more pass and one more (B, C) tensor. Here the forward reads a row
 twice while it sits in L2 (its max, then Σ e^(a − max) with the vectorisable exp of
-:mod:`tailkit.fastmath`) and keeps only the row's log-sum-exp; the backward recomputes
+:mod:`tailkit.native.fastmath`) and keeps only the row's log-sum-exp; the backward recomputes
 e^(a − lse) as it writes the gradient. ``benchmarks/bench_losses.py`` measures the step.
 
 With a_ij = f_ij + o_j (+ s_i at j = y_i), everything in float32 as torch would add it, the
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import CLAMP_F32, exp_neg_f32
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
 
 #: Running maxima kept in a block of memory, one per column of a 64-column stripe: LLVM does
 #: not vectorise a max reduction (it needs a function-wide no-NaN attribute numba does not

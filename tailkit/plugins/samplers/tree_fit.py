@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.grouping import group_by
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.grouping import group_by
 
 #: The bias of a node that routes everything right (reference: 1000): σ(1000) == 1 in floating
 #: point, so the padding side gets probability 0 and log p of a real label loses nothing.

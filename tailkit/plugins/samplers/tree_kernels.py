@@ -26,9 +26,9 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.fastmath import EXACT_ENOUGH, exp_neg_f32, log_sigmoid_array, softplus_neg_f32
-from tailkit.vector_width import prefer_512_bit_vectors
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native.fastmath import EXACT_ENOUGH, exp_neg_f32, log_sigmoid_array, softplus_neg_f32
+from tailkit.native.vector_width import prefer_512_bit_vectors
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -102,7 +102,7 @@ def _branch_probs(z, e):
 def _steps(z, e, node, prob, seed, base, depth, level, weight, bias):
     """One level's step of a row's draws: each goes right with probability σ(z[j]), and its
     path probability takes the branch's. e^(−|z|) first, for all the draws in one loop (the
-    float32 polynomial exp of tailkit/fastmath.py, which vectorises; libm's exp per draw was
+    float32 polynomial exp of tailkit/native/fastmath.py, which vectorises; libm's exp per draw was
     most of a step's time), then the coin flips as selects, not branches."""
     m = z.shape[0]
     for j in range(m):
@@ -203,7 +203,7 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 #   the (2^D, k) weights stream from memory once per group, not once per row;
 # * within the group, ``ROW_GROUP`` rows share each load of a node weight: the multiply-adds
 #   of one input are four per load, not one;
-# * log σ is a float32 polynomial in plain arithmetic (tailkit/fastmath.py), which LLVM
+# * log σ is a float32 polynomial in plain arithmetic (tailkit/native/fastmath.py), which LLVM
 #   vectorises; a call to libm's exp/log1p would not be, and costs ~10 ns per node;
 # * the nodes sit in *kernel order* (:func:`kernel_layout`): a node's two children are not
 #   side by side but in the two halves of the next level (left children first), so a level's
@@ -221,7 +221,7 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 #   slot it sits in (a short last group repeats its last row), the vectorised loops run over
 #   node blocks whose bounds depend on the tree alone, and the only fast-math liberty is
 #   fusing a·b + c into one FMA, which every path takes alike;
-# * 512-bit vectors (tailkit/vector_width.py): LLVM's Intel tuning keeps loops at 256 bits,
+# * 512-bit vectors (tailkit/native/vector_width.py): LLVM's Intel tuning keeps loops at 256 bits,
 #   and this kernel is vector loops end to end. With no re-association the width moves no
 #   value (the same bits, checked against the 256-bit build at C = 10^5 and 10^6); one core of
 #   the Xeon, C = 10^6, 256 rows in one call over all labels, medians of 5 side by side:
@@ -454,7 +454,7 @@ def subtree_roots(x, weight_k, bias_k, depth, out):
     top = depth - min(depth, SUBTREE_DEPTH)
     roots = 1 << top
     for g in numba.prange((rows + ROW_GROUP - 1) // ROW_GROUP):
-        prefer_512_bit_vectors()  # the same values at any width (tailkit/vector_width.py)
+        prefer_512_bit_vectors()  # the same values at any width (tailkit/native/vector_width.py)
         xg = np.empty((ROW_GROUP, x.shape[1]), dtype=np.float32)
         _row_group(x, rows, g, xg)
         heap = np.empty((ROW_GROUP, 2 * roots), dtype=np.float32)
@@ -503,7 +503,7 @@ def subtree_leaves(
     per_block, longer = divmod(groups, max(blocks, 1))  # the first ``longer`` take one more
     width = 1 << (sub - 1)
     for task in numba.prange((r_hi - r_lo) * blocks):
-        prefer_512_bit_vectors()  # the same values at any width (tailkit/vector_width.py)
+        prefer_512_bit_vectors()  # the same values at any width (tailkit/native/vector_width.py)
         r = r_lo + task // blocks
         block = task % blocks
         g_lo = block * per_block + min(block, longer)

@@ -15,7 +15,7 @@ The loader reads ``LD_LIBRARY_PATH`` once, at process start, and a directory on 
 ``libgomp.so.1.0.0`` (and ``libgomp.so.1``) as symbolic links to torch's library makes numba's
 request resolve to the very file torch loaded (the loader recognises a file it already mapped),
 so :func:`shared_openmp_environment` gives the environment for that, and the ``tailkit``
-command's restart (:func:`tailkit.allocator.reexec_with_tuned_malloc`) starts with it. The
+command's restart (:mod:`tailkit.native.restart`) starts with it. The
 links live in tailkit's cache directory, outside the package. ``TAILKIT_OPENMP=separate``
 leaves the runtimes apart; a torch without a bundled libgomp (another platform, another
 OpenMP) is left alone.

@@ -22,7 +22,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from tailkit import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
+from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 
 #: e^t for t < −40 is below 4.3e-18: a float64 sum of at most 2^31 such terms, relative to a
 #: largest term of 1, moves nothing a float32 can hold.

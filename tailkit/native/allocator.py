@@ -15,9 +15,9 @@ the default GeoNames train stages ran 5–15 % faster with it (sampled-uniform 1
 against 12.4–13.7 s, softmax 34.0 against 37.0 s, same peak RSS; 2-core AMD EPYC, AVX2). The
 process keeps its peak footprint until it exits, which suits a stage. Nothing numeric changes.
 
-glibc reads its tunables once, at process start, so :func:`reexec_with_tuned_malloc` (the first
-thing the ``tailkit`` command does) starts the same command again with ``GLIBC_TUNABLES`` set.
-``TAILKIT_MALLOC=system`` leaves malloc as it is; so does a libc other than glibc, and a process
+glibc reads its tunables once, at process start, so the ``tailkit`` command's restart
+(:mod:`tailkit.native.restart`, its first act) starts the same command again with
+``GLIBC_TUNABLES`` set. ``TAILKIT_MALLOC=system`` leaves malloc as it is; so does a libc other than glibc, and a process
 that preloads another allocator (``LD_PRELOAD``: jemalloc or tcmalloc, which need none of this).
 """
 
@@ -26,8 +26,6 @@ from __future__ import annotations
 import os
 import platform
 import sys
-
-from tailkit.openmp import shared_openmp_environment
 
 TUNABLES = (
     "glibc.malloc.mmap_max=0",
@@ -54,18 +52,3 @@ def tuned_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, s
     if all(t in current.split(":") for t in TUNABLES):
         return None
     return {**environ, "GLIBC_TUNABLES": ":".join(filter(None, [current, *TUNABLES]))}
-
-
-def reexec_with_tuned_malloc() -> None:
-    """Replace this process by the same command with malloc tuned, unless it already is (or is
-    to be left alone). Call it before anything allocates much: what ran so far is run again.
-
-    The same restart gives numba torch's OpenMP runtime (:mod:`tailkit.openmp`), which the
-    loader likewise settles at process start."""
-    env = tuned_environment(os.environ)
-    shared = shared_openmp_environment(os.environ if env is None else env)
-    env = shared if shared is not None else env
-    if env is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execve(sys.executable, sys.orig_argv, env)

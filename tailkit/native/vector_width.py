@@ -9,7 +9,7 @@ instead. LLVM lets a function override the preference with its ``prefer-vector-w
 attribute, which :func:`prefer_512_bit_vectors` sets on the function it is called in.
 
 Only for kernels whose values do not depend on the vector width: with no re-association
-allowed (``fastmath`` limited to ``contract``, tailkit.fastmath.EXACT_ENOUGH), every lane
+allowed (``fastmath`` limited to ``contract``, tailkit.native.fastmath.EXACT_ENOUGH), every lane
 performs the same operations in the same order at any width, so the choice moves time, never
 bits. A kernel that lets LLVM re-associate a sum would sum in another order and must not call
 it, and neither may a kernel into which such a helper is inlined (numba's ``inline="always"``

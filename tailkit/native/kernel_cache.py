@@ -28,7 +28,7 @@ from pathlib import Path
 from numba.core import caching, config
 from numba.core.caching import _CacheLocator
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # tailkit/
 
 
 def _imported_modules(source: bytes, package: Path) -> list[Path]:
