@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export DVC_STUDIO_OFFLINE := true
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install repro test test-fast lint bench gpu-check clean
+.PHONY: install repro test test-fast lint bench golden gpu-check clean
 
 install: $(STAMP)
 
@@ -41,6 +41,10 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The golden pipeline's output hashes (tests/test_golden.py), after an intended change to outputs.
+golden: $(STAMP)
+	$(BIN)/python -m tailkit.testing.golden --write tests/golden/hashes.json
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_step.py

@@ -515,6 +515,22 @@ def compare(
 
 
 @cli.command()
+@click.argument("rev", default="HEAD")
+@params_option
+def verify(rev: str, params_path: Path) -> None:
+    """After a repro, say per experiment whether its numbers reproduce REV's [default: HEAD]:
+    identical, within tolerance (with the likely cause) or different. Exits 1 only when one
+    differs beyond the tolerance."""
+    from tailkit.reporting import verify as module
+
+    verdicts = _guard(lambda: module.verify(params_path.parent, rev))
+    for verdict in verdicts:
+        click.echo(verdict.line())
+    if any(v.fails for v in verdicts):
+        sys.exit(1)
+
+
+@cli.command()
 @params_option
 @quiet_option
 def seeds(params_path: Path, quiet: bool) -> None:
