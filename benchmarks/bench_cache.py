@@ -3,7 +3,7 @@ array, and the batch source's rows/s against the training step's examples/s, in 
 
     python benchmarks/bench_cache.py [--rows 500000] [--dim 128] [--repeats 5]
 
-1. Load: one (rows × dim) float32 array written once with :func:`tailkit.cache.write_features`
+1. Load: one (rows × dim) float32 array written once with :func:`tailkit.storage.feature_cache.write_features`
    (zstd, BYTE_STREAM_SPLIT) and once with ``np.save``; then, interleaved, ``read_features``
    (decode to a torch tensor, zero-copy from Arrow) against ``np.load(mmap_mode="r")`` copied
    into a torch tensor (what a trainer needs: the whole array in memory). Both read from the
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tailkit.cache import read_features, write_features
 from tailkit.registry import make_registry
+from tailkit.storage.feature_cache import read_features, write_features
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_step import StepCase

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tailkit.cache import read_features
 from tailkit.plugins.datasets.synthetic import generate
 from tailkit.registry import make_registry
+from tailkit.storage.feature_cache import read_features
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer

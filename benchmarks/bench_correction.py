@@ -35,9 +35,9 @@ import time
 
 import torch
 
-from tailkit.native.restart import restart_with_settled_environment
 from tailkit.components import Loss, PredictionContext
 from tailkit.evaluation.predict import predict
+from tailkit.native.restart import restart_with_settled_environment
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.models.linear import Linear
 from tailkit.testing.trees import random_tree

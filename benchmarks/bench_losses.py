@@ -48,7 +48,8 @@ import time
 import torch
 from bench_step import gemm_gflops  # benchmarks/ is the script's directory, on sys.path
 
-from tailkit.native.allocator import TUNABLES, reexec_with_tuned_malloc
+from tailkit.native.allocator import TUNABLES
+from tailkit.native.restart import restart_with_settled_environment
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
 from tailkit.training.optim import RowSparseAdagrad

@@ -152,8 +152,8 @@ def _context(root: Path, raw: dict[str, Any]):
 
 
 def prepare(root: Path, raw: dict[str, Any]) -> dict[str, Any]:
-    from tailkit.splits import read_meta
     from tailkit.stages import download, featurize, fit_sampler, subsample
+    from tailkit.storage.splits import read_meta
 
     params, layout, registry = _context(root, raw)
     download.run(params, layout, registry)

@@ -24,9 +24,9 @@ import math
 import numpy as np
 import torch
 
-from tailkit.experiment import build_optimizer
-from tailkit.registry import make_registry
 from tailkit.native.device import resolve_device
+from tailkit.pipeline.experiment import build_optimizer
+from tailkit.registry import make_registry
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.output_layer import OutputLayer
 

@@ -47,7 +47,7 @@ from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.reporting.runs import Run
 from tailkit.reporting.tables import comparison_table
-from tailkit.splits import write_labels
+from tailkit.storage.splits import write_labels
 
 
 def _median_seconds(fn, repeats: int) -> float:

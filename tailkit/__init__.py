@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tailkit import _moved
+
 
 def _cache_home() -> Path:
     """tailkit's folder in the user's cache directory (``$XDG_CACHE_HOME`` or ~/.cache): the
@@ -29,6 +31,9 @@ _HELPERS = hashlib.sha256(
     (Path(__file__).parent / "native" / "fastmath.py").read_bytes()
 ).hexdigest()[:12]
 os.environ.setdefault("NUMBA_CACHE_DIR", str(_cache_home() / f"numba-{_HELPERS}"))
+
+# the old names of the modules that moved into storage/, pipeline/ and native/ (tailkit/_moved.py)
+_moved.install()
 
 if TYPE_CHECKING:
     from tailkit.components import (

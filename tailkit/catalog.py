@@ -112,7 +112,7 @@ def load_catalog() -> Catalog:
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     """Best effort: a read-only home only costs the next run its speed."""
-    from tailkit.atomic import write_json
+    from tailkit.storage.atomic import write_json
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

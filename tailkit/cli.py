@@ -24,6 +24,7 @@ from tailkit.errors import InvalidParameterError, TailkitError
 from tailkit.native.restart import restart_with_settled_environment
 from tailkit.params import Params, load_params
 from tailkit.paths import Layout
+from tailkit.pipeline.stage_address import keyed_name, seeded_name, stage_address
 from tailkit.registry import (
     KINDS,
     Registry,
@@ -31,7 +32,6 @@ from tailkit.registry import (
     get_registry,
     unknown_component,
 )
-from tailkit.stage_address import keyed_name, seeded_name, stage_address
 
 params_option = click.option(
     "--params",
@@ -254,7 +254,7 @@ def _which_run(
     params_path: Path, experiment: str | None, seed: int | None, command: str
 ) -> tuple[str, int | None]:
     """(experiment, seed) from the options, else from the DVC stage running this command
-    (tailkit/stage_address.py: dvc.yaml's commands carry no value from params.yaml)."""
+    (tailkit/pipeline/stage_address.py: dvc.yaml's commands carry no value from params.yaml)."""
     if experiment is not None:
         return experiment, seed
     params = load_params(params_path)
@@ -504,7 +504,7 @@ def compare(
 
     text, figure = _guard(run)
     if out is not None:
-        from tailkit.atomic import atomic_path
+        from tailkit.storage.atomic import atomic_path
 
         with atomic_path(out) as tmp:
             tmp.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -578,7 +578,7 @@ def predict(
     rows (--input) or a split of the pipeline (--split). Run `dvc repro` first."""
 
     def run() -> str | None:
-        from tailkit import predicting
+        from tailkit.pipeline import predict_new_rows as predicting
 
         fmt = "jsonl"
         if out is not None:
@@ -638,9 +638,9 @@ def list_components(kind: str) -> None:
 )
 @click.option("--force", "-f", is_flag=True, help="Run every stage, changed or not.")
 def repro(targets: tuple[str, ...], jobs: int, force: bool) -> None:
-    """`dvc repro [TARGETS]` with independent stages side by side (tailkit/parallel_repro.py);
+    """`dvc repro [TARGETS]` with independent stages side by side (tailkit/pipeline/parallel_repro.py);
     the outputs and dvc.lock are those of a plain `dvc repro`."""
-    from tailkit import parallel_repro
+    from tailkit.pipeline import parallel_repro
 
     start = time.monotonic()
     finished = _guard(

@@ -87,7 +87,7 @@ class Dataset(Protocol):
     makes them, from a table a user hands ``tailkit predict`` (GeoNames: latitude and
     longitude in degrees). Without it, ``predict`` reads dense inputs from the table's numeric
     columns and sparse ones from a ``features`` column of ``id:value`` tokens
-    (:mod:`tailkit.predicting`).
+    (:mod:`tailkit.pipeline.predict_new_rows`).
     """
 
     def fetch(self, dest: Path) -> None: ...

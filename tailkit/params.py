@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Literal
 
 from tailkit.errors import InvalidParameterError, did_you_mean
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
-from tailkit.params_yaml import read_params_yaml, shortened
 from tailkit.paths import Layout
+from tailkit.storage.params_yaml import read_params_yaml, shortened
 from tailkit.validation import SEED, Interval, Options, validate_options
 
 NO_SAMPLER = "none"
@@ -163,7 +163,7 @@ class ExperimentParams:
     ``loss`` and ``optimizer`` are required unless the model trains itself (a wrapped tool
     such as ``napkinxc-plt`` or ``omikuji``, :class:`~tailkit.components.Learner`), which takes
     neither; which models do is known only to the registry, so the train stage checks it
-    (:func:`tailkit.experiment.check_components`).
+    (:func:`tailkit.pipeline.experiment.check_components`).
     """
 
     # Both required (sampler even when "none"): dvc.yaml makes train@<experiment> depend on

@@ -1,4 +1,4 @@
-"""Write-then-rename helpers (tailkit.atomic): concurrent publishes, SIGTERM, stale temporaries."""
+"""Write-then-rename helpers (tailkit.storage.atomic): concurrent publishes, SIGTERM, stale temporaries."""
 
 from __future__ import annotations
 
@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tailkit.atomic import TERMINATED_EXIT, atomic_dir, atomic_path, remove_stale_temporaries
 from tailkit.errors import TailkitError
+from tailkit.storage.atomic import (
+    TERMINATED_EXIT,
+    atomic_dir,
+    atomic_path,
+    remove_stale_temporaries,
+)
 
 posix_only = pytest.mark.skipif(os.name == "nt", reason="fork, SIGTERM and pids as on POSIX")
 
@@ -64,7 +69,7 @@ def test_a_temporary_removed_from_outside_is_a_one_line_error(tmp_path: Path, ki
 _KILLED_CHILD = """
 import sys, time
 from pathlib import Path
-from tailkit.atomic import atomic_dir, atomic_path
+from tailkit.storage.atomic import atomic_dir, atomic_path
 
 target = Path(sys.argv[1])
 if sys.argv[2] == "dir":

@@ -13,9 +13,15 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from tailkit.cache import KINDS, ROW_GROUP_SIZE, read_features, read_metadata, write_features
 from tailkit.errors import DataValidationError
 from tailkit.sparse import SparseRows
+from tailkit.storage.feature_cache import (
+    KINDS,
+    ROW_GROUP_SIZE,
+    read_features,
+    read_metadata,
+    write_features,
+)
 
 
 def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

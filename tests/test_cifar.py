@@ -29,12 +29,12 @@ import numpy as np
 import pytest
 
 from tailkit.components import Dataset
-from tailkit.download import CACHE_ENV
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.params import SubsampleParams
+from tailkit.pipeline.subsampling import profile_quota
 from tailkit.plugins.datasets import cifar
 from tailkit.plugins.datasets.cifar import ARCHIVES, Cifar10, Cifar100
-from tailkit.subsampling import profile_quota
+from tailkit.storage.download import CACHE_ENV
 from tailkit.validation import option_signature, validate_options
 
 _RECONSTRUCT = np.empty(0).__reduce__()[0]

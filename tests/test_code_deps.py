@@ -1,4 +1,4 @@
-"""Code as a dependency at the granularity of a component (tailkit/codehash.py, dvc.yaml)."""
+"""Code as a dependency at the granularity of a component (tailkit/pipeline/codehash.py, dvc.yaml)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailkit import codehash
+from tailkit.pipeline import codehash
 from tailkit.registry import make_registry
 
 ROOT = Path(__file__).parents[1]

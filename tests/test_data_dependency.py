@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY_PARAMS, make_project, run
 
 from tailkit.errors import InvalidParameterError
-from tailkit.file_hash import data_fingerprint
+from tailkit.storage.file_hash import data_fingerprint
 
 
 def test_a_files_hash_follows_its_content_and_is_cached_by_stat(tmp_path):

@@ -18,14 +18,14 @@ import scipy.sparse as sp
 import torch
 
 from tailkit import hookimpl
-from tailkit.cache import KINDS, read_features
 from tailkit.components import RawData
 from tailkit.errors import InvalidParameterError, PluginError
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.registry import make_registry
-from tailkit.splits import read_meta, read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
+from tailkit.storage.feature_cache import KINDS, read_features
+from tailkit.storage.splits import read_meta, read_split
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
 

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from tailkit import predicting, tensorfile
 from tailkit.errors import InvalidParameterError
 from tailkit.params import parse_params
 from tailkit.paths import Layout
+from tailkit.pipeline import predict_new_rows as predicting
 from tailkit.registry import make_registry
 from tailkit.stages import download, evaluate, featurize, subsample, train, train_decoupled
+from tailkit.storage import tensorfile
 from tailkit.training.decoupled import TAU_GRID, tau_normalised
 from tailkit.training.output_layer import OutputLayer
 
@@ -154,7 +155,7 @@ def test_lws_learns_one_scale_per_class_and_keeps_the_rows_directions(trained) -
 def test_a_decoupled_run_predicts_as_it_evaluates(trained) -> None:
     params, layout, metrics = trained
     table = predicting.run(params, layout, REGISTRY, "lws", split="test", k=5)
-    from tailkit.cache import read_features
+    from tailkit.storage.feature_cache import read_features
 
     y = read_features(layout.feature_set("rff") / "test.parquet").labels.numpy()
     top1 = np.array([row[0] for row in table.column("labels").to_pylist()])

@@ -19,13 +19,13 @@ import yaml
 from conftest import TINY_PARAMS, make_project, run
 from spawn_world import run_world
 
-from tailkit import tensorfile
 from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import shard_layer, whole_layer
 from tailkit.distributed.world import World
 from tailkit.errors import InvalidParameterError
 from tailkit.params import DistributedParams
 from tailkit.registry import make_registry
+from tailkit.storage import tensorfile
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer

@@ -1,4 +1,4 @@
-"""Verified, resumable downloads (tailkit.download) against a local HTTP server in a thread.
+"""Verified, resumable downloads (tailkit.storage.download) against a local HTTP server in a thread.
 
 The server speaks the parts of HTTP the downloader relies on: ``Range: bytes=N-`` answered with
 ``206`` and ``Content-Range`` (or ignored, answering ``200``), ``416`` past the end, and a
@@ -25,10 +25,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tailkit.download import CACHE_ENV, download_cache, fetch_url, parse_hash, verify_file
 from tailkit.errors import DataValidationError
 from tailkit.paths import Layout
 from tailkit.stages import download as download_stage
+from tailkit.storage.download import CACHE_ENV, download_cache, fetch_url, parse_hash, verify_file
 
 PAYLOAD = bytes(range(256)) * 40 + b"tail"  # 10,244 bytes, so cuts land mid-file
 SHA = "sha256:" + hashlib.sha256(PAYLOAD).hexdigest()

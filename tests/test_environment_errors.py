@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from conftest import TINY_PARAMS
 from safetensors import SafetensorError
 
-from tailkit import tensorfile
 from tailkit.cli import cli
 from tailkit.errors import InvalidParameterError
 from tailkit.params import parse_params
+from tailkit.storage import tensorfile
 
 
 def _write_params(tmp_path) -> str:

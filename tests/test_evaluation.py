@@ -393,7 +393,7 @@ def test_a_non_finite_metric_is_written_as_null_with_its_reason(tmp_path):
     probability 0) once crashed the stage in json.dumps(allow_nan=False)."""
     import json
 
-    from tailkit.metrics_file import null_non_finite, write_metrics
+    from tailkit.storage.metrics_file import null_non_finite, write_metrics
 
     data = {
         "test": {"log_likelihood": float("-inf"), "accuracy": 0.5, "ece": float("nan")},

@@ -385,7 +385,7 @@ class _Poisoned(Featurizer):
 
 def test_a_featurizer_producing_nan_is_named_with_split_row_and_column() -> None:
     from tailkit.errors import PluginError
-    from tailkit.featurizing import as_output, first_non_finite
+    from tailkit.pipeline.featurizing import as_output, first_non_finite
 
     good = np.arange(40.0).reshape(20, 2)
     assert as_output(good, "dense", "f").dtype == np.float32

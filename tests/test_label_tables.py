@@ -11,12 +11,12 @@ import pytest
 from conftest import TINY_PARAMS
 
 from tailkit.errors import DataValidationError
-from tailkit.label_table import read_label_table, write_label_table
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.registry import make_registry
-from tailkit.splits import SPLITS, read_labels, read_meta, read_split
 from tailkit.stages import download, featurize, subsample
+from tailkit.storage.label_table import read_label_table, write_label_table
+from tailkit.storage.splits import SPLITS, read_labels, read_meta, read_split
 
 
 def _data_stages(root, num_classes: int) -> Layout:

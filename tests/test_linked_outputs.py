@@ -10,7 +10,7 @@ import pytest
 from conftest import TINY_PARAMS, make_project, run
 
 from tailkit.errors import DataValidationError
-from tailkit.linked_outputs import linked_outputs, refuse_linked_outputs
+from tailkit.storage.linked_outputs import linked_outputs, refuse_linked_outputs
 
 
 def test_links_are_found_but_dvc_cache_links(tmp_path):

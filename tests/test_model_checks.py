@@ -13,9 +13,9 @@ import pytest
 import yaml
 from conftest import BIN, TINY_PARAMS, run
 
-from tailkit.artifacts import check_made_for
 from tailkit.errors import MismatchedArtifactError
 from tailkit.params import parse_params
+from tailkit.pipeline.artifacts import check_made_for
 
 MODEL = Path("data/models/softmax")
 

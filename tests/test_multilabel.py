@@ -15,20 +15,21 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from tailkit import hookimpl, tensorfile
-from tailkit.cache import read_features, write_features
+from tailkit import hookimpl
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.metrics import inverse_propensity
-from tailkit.label_table import read_label_table
 from tailkit.labels import LabelSets
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.plugins.losses.decoupled import Decoupled
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.registry import make_registry
-from tailkit.splits import read_meta, read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
+from tailkit.storage import tensorfile
+from tailkit.storage.feature_cache import read_features, write_features
+from tailkit.storage.label_table import read_label_table
+from tailkit.storage.splits import read_meta, read_split
 from tailkit.testing.batches import full_batch
 from tailkit.training.loop import sampled_input
 from tailkit.training.output_layer import OutputLayer

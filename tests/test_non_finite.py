@@ -7,11 +7,11 @@ import pytest
 import torch
 from test_training import _run
 
-from tailkit.artifacts import save_model
-from tailkit.atomic import atomic_dir
 from tailkit.errors import TrainingDivergedError
-from tailkit.finite import first_non_finite
+from tailkit.pipeline.artifacts import save_model
+from tailkit.pipeline.finite import first_non_finite
 from tailkit.plugins.losses.softmax import SoftmaxCE
+from tailkit.storage.atomic import atomic_dir
 from tailkit.training.checkpoint import Checkpointer
 
 STEPS = 30  # _run: three epochs of ten batches

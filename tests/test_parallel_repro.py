@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailkit import parallel_repro as pr
+from tailkit.pipeline import parallel_repro as pr
 
 # The default pipeline's shape: a chain at the head, feature sets, a sampler fit, then one
 # train → evaluate pair per experiment, and a report over all of them.
@@ -278,7 +278,7 @@ def test_checkpoints_of_runs_no_longer_in_params_are_swept(tmp_path: Path) -> No
 
     from conftest import TINY_PARAMS
 
-    from tailkit.parallel_repro import sweep_checkpoints
+    from tailkit.pipeline.parallel_repro import sweep_checkpoints
 
     params = copy.deepcopy(TINY_PARAMS)
     params["base"]["extra_seeds"] = [1]

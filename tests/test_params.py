@@ -159,7 +159,7 @@ def test_the_default_experiments_spell_out_the_knobs_people_change():
     every trained experiment names epochs, batch_size, optimizer.lr and, where its sampler
     draws a number of negatives, negatives (issue 15 item 8)."""
 
-    from tailkit.experiment import trains_itself
+    from tailkit.pipeline.experiment import trains_itself
     from tailkit.registry import make_registry
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())

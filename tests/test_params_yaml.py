@@ -11,7 +11,7 @@ from conftest import TINY_PARAMS
 
 from tailkit.cli import MESSAGE_CHARS, cli
 from tailkit.errors import InvalidParameterError
-from tailkit.params_yaml import MAX_VALUES, read_params_yaml
+from tailkit.storage.params_yaml import MAX_VALUES, read_params_yaml
 
 
 def _bomb(levels: int) -> str:

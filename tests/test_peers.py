@@ -18,12 +18,12 @@ import scipy.sparse as sp
 import torch
 
 from tailkit import hookimpl
-from tailkit.artifacts import LEARNER_FILES
-from tailkit.codehash import experiment_code
 from tailkit.components import RawData
 from tailkit.errors import InvalidParameterError
 from tailkit.params import parse_params
 from tailkit.paths import Layout
+from tailkit.pipeline.artifacts import LEARNER_FILES
+from tailkit.pipeline.codehash import experiment_code
 from tailkit.plugins.peers import tooling
 from tailkit.registry import make_registry
 from tailkit.sparse import SparseRows
@@ -139,7 +139,7 @@ def _topk_by_hand(model_dir: Path, name: str, x: sp.csr_matrix, k: int) -> np.nd
 
 @needs_peers
 def test_peers_train_and_evaluate_as_rows_of_the_table(tmp_path: Path) -> None:
-    from tailkit.cache import read_features
+    from tailkit.storage.feature_cache import read_features
 
     experiments = {  # a loop model first: the report's settings table starts from its keys
         "softmax": {
@@ -187,7 +187,7 @@ def test_peers_train_and_evaluate_as_rows_of_the_table(tmp_path: Path) -> None:
 
 @needs_peers
 def test_peers_take_multi_label_rows(tmp_path: Path) -> None:
-    from tailkit.cache import read_features
+    from tailkit.storage.feature_cache import read_features
 
     params = _params(_peer_experiments(), multilabel=True)
     layout = _prepare(tmp_path, params)

@@ -1,5 +1,5 @@
 """Per-label results (tailkit/evaluation/per_class.py) and the one label-table reader and
-writer (tailkit/label_table.py)."""
+writer (tailkit/storage/label_table.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from tailkit.evaluation.per_class import (
     write_class_plot,
     write_per_class,
 )
-from tailkit.label_table import read_label_table, read_table_metadata, write_label_table
 from tailkit.reporting.figures import read_class_bins
+from tailkit.storage.label_table import read_label_table, read_table_metadata, write_label_table
 
 
 def _random_case(rng, rows: int, labels: int, k: int, multilabel: bool):

@@ -13,9 +13,9 @@ import torch
 import yaml
 from conftest import BIN, TINY_DECOUPLED, TINY_PARAMS, make_project, run
 
-from tailkit import tensorfile
-from tailkit.metrics_file import headline
 from tailkit.reporting.figures import read_class_bins
+from tailkit.storage import tensorfile
+from tailkit.storage.metrics_file import headline
 
 pytestmark = pytest.mark.slow
 TINY_EXPERIMENTS = (*TINY_PARAMS["experiments"], *TINY_DECOUPLED)

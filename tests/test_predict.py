@@ -17,17 +17,19 @@ import scipy.sparse as sp
 import yaml
 from click.testing import CliRunner
 
-from tailkit import hookimpl, predicting, tensorfile
-from tailkit.cache import read_features
+from tailkit import hookimpl
 from tailkit.cli import cli
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.params import parse_params
 from tailkit.paths import Layout
+from tailkit.pipeline import predict_new_rows as predicting
 from tailkit.plugins.datasets.geonames import PLACES, GeoNames
 from tailkit.registry import make_registry
-from tailkit.splits import read_labels, read_split
 from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
+from tailkit.storage import tensorfile
+from tailkit.storage.feature_cache import read_features
+from tailkit.storage.splits import read_labels, read_split
 
 ADAGRAD = {"name": "adagrad", "lr": 0.1}
 

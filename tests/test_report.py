@@ -328,8 +328,8 @@ def test_the_headline_keeps_what_the_tables_show_and_nothing_else():
     """metrics/<exp>.json keeps the headline keys (and a null's reason), nested as in the
     detail file; every column of the comparison tables but time is among them, so a report
     over DVC experiments (which sees only the headline) shows the same table."""
-    from tailkit.metrics_file import HEADLINE, headline, null_non_finite
     from tailkit.reporting.tables import COLUMNS, MULTILABEL_COLUMNS
+    from tailkit.storage.metrics_file import HEADLINE, headline, null_non_finite
 
     for column in (*COLUMNS, *MULTILABEL_COLUMNS):
         block, key = column.path

@@ -15,9 +15,9 @@ from scipy.stats import chisquare
 
 from tailkit.components import FullBatch
 from tailkit.errors import InvalidParameterError
-from tailkit.experiment import check_components, check_row_sampling
 from tailkit.labels import LabelSets
 from tailkit.params import parse_params
+from tailkit.pipeline.experiment import check_components, check_row_sampling
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.linear import Linear
 from tailkit.registry import get_registry
@@ -255,9 +255,9 @@ def test_the_train_stage_trains_on_class_balanced_batches_and_records_it(tmp_pat
     (each row once an epoch)."""
     from tailkit.paths import Layout
     from tailkit.registry import make_registry
-    from tailkit.splits import read_meta
     from tailkit.stages import download, featurize, subsample
     from tailkit.stages import train as train_stage
+    from tailkit.storage.splits import read_meta
 
     seen: list[torch.Tensor] = []
     forward = SoftmaxCE.forward

@@ -333,7 +333,7 @@ def test_a_zero_probability_label_is_refused_for_losses_that_divide_by_q() -> No
     the setting; a loss that needs no q, or an offset above 0, trains."""
     from types import SimpleNamespace
 
-    from tailkit.experiment import check_support
+    from tailkit.pipeline.experiment import check_support
     from tailkit.plugins.losses.negative_sampling import NegativeSampling
     from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 

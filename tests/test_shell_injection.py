@@ -1,5 +1,5 @@
 """No value from params.yaml reaches a shell: dvc.yaml's commands are constants, and each stage
-command learns its key from DVC_STAGE (tailkit/stage_address.py)."""
+command learns its key from DVC_STAGE (tailkit/pipeline/stage_address.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from conftest import ROOT, TINY_DECOUPLED, TINY_PARAMS, make_project, run
 
 from tailkit.errors import InvalidParameterError
 from tailkit.params import parse_params
-from tailkit.stage_address import keyed_name, seeded_name, stage_address
+from tailkit.pipeline.stage_address import keyed_name, seeded_name, stage_address
 
 
 def _stages(dvc_yaml: Path) -> dict:

@@ -12,7 +12,6 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from tailkit.cache import read_features, write_features
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.plugins.featurizers.geocells import GeoCells
 from tailkit.plugins.featurizers.tfidf import Tfidf
@@ -23,6 +22,7 @@ from tailkit.plugins.samplers.pca import WhitenedPCA
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.sparse import SparseRows, check_rows
+from tailkit.storage.feature_cache import read_features, write_features
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
 from tailkit.training.output_layer import OutputLayer
@@ -324,7 +324,7 @@ def test_weight_decay_on_a_sparse_input_layer_is_refused() -> None:
 
 def test_a_featurizer_giving_bad_sparse_rows_is_named_with_the_row() -> None:
     from tailkit.errors import PluginError
-    from tailkit.featurizing import as_output
+    from tailkit.pipeline.featurizing import as_output
 
     good = sp.csr_matrix(np.array([[0, 1.0, 0], [2.0, 0, 3.0]], np.float32))
     assert (as_output(good, "sparse", "f") != good).nnz == 0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tailkit.experiment import build_objective, check_components, trains_itself
 from tailkit.params import load_params
+from tailkit.pipeline.experiment import build_objective, check_components, trains_itself
 from tailkit.registry import make_registry
 
 STUDIES = sorted((Path(__file__).parents[1] / "examples" / "studies").glob("*.yaml"))
@@ -100,8 +100,8 @@ def _cifar_archive(tmp_path: Path, monkeypatch) -> None:
     import numpy as np
     from test_cifar import CIFAR10_NAMES, batch, build, make_images, md5, py2_pickle
 
-    from tailkit.download import CACHE_ENV
     from tailkit.plugins.datasets import cifar
+    from tailkit.storage.download import CACHE_ENV
 
     per_batch, test_rows, folder = 80, 100, "cifar-10-batches-py"
     images = make_images(5 * per_batch + test_rows, seed=0)

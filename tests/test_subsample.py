@@ -8,7 +8,7 @@ import pytest
 
 from tailkit.errors import DataValidationError
 from tailkit.params import SubsampleParams
-from tailkit.subsampling import profile_quota, split_given, split_rows
+from tailkit.pipeline.subsampling import profile_quota, split_given, split_rows
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # datasets-metrics §3.1
 
@@ -313,7 +313,7 @@ def _flip_bit_in_last_page(path, column):
 def test_a_flipped_bit_in_a_split_file_names_it_and_the_subsample_stage(tmp_path, column):
     import pyarrow.parquet as pq
 
-    from tailkit.splits import read_split, write_split
+    from tailkit.storage.splits import read_split, write_split
 
     rng = np.random.default_rng(0)
     rows, labels = rng.integers(0, 2**62, 2000), rng.integers(0, 10, 2000)

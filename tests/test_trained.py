@@ -9,8 +9,8 @@ import torch
 
 from tailkit import Encoder, hookimpl
 from tailkit.params import parse_params
+from tailkit.pipeline.trained import _restored_encoder
 from tailkit.registry import make_registry
-from tailkit.trained import _restored_encoder
 
 
 class ScaledIdentity(Encoder):

@@ -7,8 +7,8 @@ import torch
 
 from tailkit.components import FullBatch, Loss, batch_modes
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
-from tailkit.experiment import batch_mode, build_objective
 from tailkit.params import Params, parse_params
+from tailkit.pipeline.experiment import batch_mode, build_objective
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.linear import Linear

@@ -18,7 +18,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from tailkit.parallel_repro import THREAD_VARIABLES
+from tailkit.pipeline.parallel_repro import THREAD_VARIABLES
 from tailkit.plugins.samplers.pca import WhitenedPCA
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.tree_fit import fit_tree, newton_fit, tree_depth

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from tailkit import atomic
-from tailkit.atomic import atomic_dir, atomic_path, write_json
+from tailkit.storage import atomic
+from tailkit.storage.atomic import atomic_dir, atomic_path, write_json
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])

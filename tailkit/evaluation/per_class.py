@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tailkit.atomic import atomic_path
 from tailkit.evaluation.metrics import label_recall, shot_groups
 from tailkit.groups import DEFAULT_GROUPS, GROUPS, GroupThresholds
-from tailkit.label_table import write_label_table
+from tailkit.storage.atomic import atomic_path
+from tailkit.storage.label_table import write_label_table
 
 GROUP_TYPE = pl.Enum(GROUPS)
 #: Bins per doubling of the training count in the plot file (compare's tables use 1).

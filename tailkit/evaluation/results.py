@@ -42,8 +42,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.atomic import atomic_dir
-from tailkit.cache import FeatureTable
 from tailkit.components import DEFAULT_PROPENSITY, Loss
 from tailkit.evaluation.metrics import (
     CDF_POINTS,
@@ -65,9 +63,11 @@ from tailkit.evaluation.predict import Predictions
 from tailkit.evaluation.thresholds import Thresholded, f1_block
 from tailkit.groups import GROUPS, GroupThresholds
 from tailkit.labels import LabelSets
-from tailkit.metrics_file import headline, null_non_finite, write_metrics
 from tailkit.paths import Layout
-from tailkit.splits import read_labels
+from tailkit.storage.atomic import atomic_dir
+from tailkit.storage.feature_cache import FeatureTable
+from tailkit.storage.metrics_file import headline, null_non_finite, write_metrics
+from tailkit.storage.splits import read_labels
 
 
 @dataclass

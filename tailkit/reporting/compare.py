@@ -36,8 +36,8 @@ from tailkit.evaluation.per_class import (
     frequency_bin,
 )
 from tailkit.groups import DEFAULT_GROUPS, GROUPS, GroupThresholds
-from tailkit.label_table import read_label_table, read_table_metadata
 from tailkit.paths import Layout
+from tailkit.storage.label_table import read_label_table, read_table_metadata
 
 FORMATS = ("md", "csv", "json", "parquet")
 STATES = ("improved", "worsened", "same")
@@ -406,8 +406,8 @@ def figure_path(root: Path, c: Comparison) -> Path:
 def draw(c: Comparison, out: Path) -> Path:
     """Mean per-class ``metric`` per quarter octave of the training count for both sides
     (top) and their difference (bottom), log x, the many/medium/few boundaries marked."""
-    from tailkit.atomic import atomic_path
     from tailkit.reporting.figures import pyplot, save_figure
+    from tailkit.storage.atomic import atomic_path
 
     plt = pyplot()
     seen = c.curves.filter(pl.col("train_count") > 0)  # count 0 has no place on a log axis

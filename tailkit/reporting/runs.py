@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tailkit.checksum import params_hash
 from tailkit.errors import DataValidationError, InvalidParameterError, TailkitError
 from tailkit.params import NO_SAMPLER, Params, parse_params
 from tailkit.paths import Layout, require
+from tailkit.storage.checksum import params_hash
 
 WORKSPACE = "workspace"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
 from tailkit.paths import Layout, require
@@ -21,6 +20,7 @@ from tailkit.reporting.tables import (
     plugin_versions,
     settings_tables,
 )
+from tailkit.storage.atomic import atomic_path
 
 FIGURES = {
     "learning-curves.png": "Learning curves: validation accuracy and balanced accuracy",

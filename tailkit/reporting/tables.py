@@ -18,9 +18,9 @@ from typing import Any, cast
 
 import polars as pl
 
-from tailkit.atomic import atomic_path
 from tailkit.errors import TailkitError
 from tailkit.reporting.runs import Run
+from tailkit.storage.atomic import atomic_path
 
 
 @dataclass(frozen=True)

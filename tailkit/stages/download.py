@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tailkit.atomic import atomic_dir, output_lock, write_json
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.registry import Registry
+from tailkit.storage.atomic import atomic_dir, output_lock, write_json
 
 RECORD = "dataset.json"  # the dataset params data/raw was fetched with
 

@@ -1,6 +1,6 @@
 """Stage ``evaluate@<experiment>``: restore the trained experiment, score its test split and
 write what :mod:`tailkit.evaluation.results` computes from the scores: every metric to
-``metrics/detail/<experiment>.json``, the headline (:data:`tailkit.metrics_file.HEADLINE`) to
+``metrics/detail/<experiment>.json``, the headline (:data:`tailkit.storage.metrics_file.HEADLINE`) to
 ``metrics/<experiment>.json``, the per-class table and the margin CDFs.
 
 Scores are computed in label chunks with the loss's prediction-time adjustment applied (see
@@ -19,8 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.atomic import write_json
-from tailkit.cache import read_features
 from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import shard_layer
 from tailkit.distributed.predict import predict_sharded
@@ -36,14 +34,16 @@ from tailkit.evaluation.results import (
     write_margin_cdfs,
     write_results,
 )
-from tailkit.experiment import feature_dir, trains_itself
 from tailkit.labels import LabelSets
 from tailkit.native.device import resolve_device
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.pipeline.experiment import feature_dir, trains_itself
+from tailkit.pipeline.trained import restore, restore_learner
 from tailkit.progress import notice
 from tailkit.registry import Registry
-from tailkit.trained import restore, restore_learner
+from tailkit.storage.atomic import write_json
+from tailkit.storage.feature_cache import read_features
 
 
 def run(params: Params, layout: Layout, registry: Registry, experiment: str) -> dict[str, Any]:

@@ -4,8 +4,8 @@ its feature cache.
 ``params.featurize`` names the feature sets (an experiment trains on one of them); each is a
 stage of its own, so changing one set's options re-runs only the experiments that train on it.
 Raw inputs are decoded once; each split becomes ``data/features/<set>/<split>.parquet`` (see
-:mod:`tailkit.cache`), and ``meta.json`` and ``labels.parquet`` (names and counts,
-:mod:`tailkit.splits`) are carried forward so later stages read only ``data/features/<set>``.
+:mod:`tailkit.storage.feature_cache`), and ``meta.json`` and ``labels.parquet`` (names and counts,
+:mod:`tailkit.storage.splits`) are carried forward so later stages read only ``data/features/<set>``.
 
 The featurizer's ``accepts`` (the RawData modalities it takes; ``("dense",)`` when it declares
 none) is checked against the dataset's modality before anything is fitted. Its ``output``
@@ -21,17 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.atomic import atomic_dir, write_json
-from tailkit.cache import KINDS, write_features
-from tailkit.checksum import params_hash
 from tailkit.components import featurizer_output
 from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
-from tailkit.featurizing import as_output, check_finite_inputs, check_modality
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.pipeline.featurizing import as_output, check_finite_inputs, check_modality
 from tailkit.progress import each
 from tailkit.registry import Registry
-from tailkit.splits import LABELS, SPLITS, read_meta, read_split
+from tailkit.storage.atomic import atomic_dir, write_json
+from tailkit.storage.checksum import params_hash
+from tailkit.storage.feature_cache import KINDS, write_features
+from tailkit.storage.splits import LABELS, SPLITS, read_meta, read_split
 
 
 def run(params: Params, layout: Layout, registry: Registry, features: str) -> dict[str, Any]:

@@ -5,10 +5,10 @@ DVC hashes only files inside the repository, and a third-party plugin's source l
 site-packages; depending on whole folders of built-ins ties every experiment to every loss. So
 this stage (``always_changed``: it is cheap and must see an edited or upgraded plugin) writes,
 per component, its distribution, version, factory and the hashes of the source files of its
-import closure (:mod:`tailkit.codehash`):
+import closure (:mod:`tailkit.pipeline.codehash`):
 
 * ``fingerprints/dataset.json``: what download, subsample and every featurize@ depend on,
-  with the SHA-256 of the user's files behind the dataset's ``path`` (:mod:`tailkit.file_hash`);
+  with the SHA-256 of the user's files behind the dataset's ``path`` (:mod:`tailkit.storage.file_hash`);
 * ``fingerprints/featurizers/<set>.json``: the featurizer of each feature set (featurize@<set>);
 * ``fingerprints/samplers/<key>.json``: each sampler of ``params.samplers`` (fit-sampler@<key>);
 * ``fingerprints/experiments/<experiment>.json``: the experiment's loss, model and sampler
@@ -33,15 +33,20 @@ import pkgutil
 from typing import Any
 
 import tailkit.stages
-from tailkit.atomic import atomic_dir, write_json
-from tailkit.codehash import component_fingerprint, experiment_code, stage_code
-from tailkit.experiment import build_objective, check_labels, check_row_sampling, trains_itself
-from tailkit.file_hash import data_fingerprint, default_cache
-from tailkit.linked_outputs import refuse_linked_outputs
 from tailkit.native.arithmetic import arithmetic_record
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.pipeline.codehash import component_fingerprint, experiment_code, stage_code
+from tailkit.pipeline.experiment import (
+    build_objective,
+    check_labels,
+    check_row_sampling,
+    trains_itself,
+)
 from tailkit.registry import Registry
+from tailkit.storage.atomic import atomic_dir, write_json
+from tailkit.storage.file_hash import data_fingerprint, default_cache
+from tailkit.storage.linked_outputs import refuse_linked_outputs
 
 
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
@@ -52,7 +57,9 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     refuse_unfit_losses(params, registry)
     dataset = named("datasets", params.dataset, "dataset")
     data = data_fingerprint(params.dataset, default_cache())
-    if data:  # the user's files behind `path` (tailkit/file_hash.py): their edits re-run all
+    if (
+        data
+    ):  # the user's files behind `path` (tailkit/storage/file_hash.py): their edits re-run all
         dataset = {**dataset, "data": data}
     # one file per entry, under the group's folder
     groups: dict[str, dict[str, Any]] = {

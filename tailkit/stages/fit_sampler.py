@@ -28,18 +28,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.artifacts import save_sampler
-from tailkit.atomic import atomic_dir, write_json
-from tailkit.cache import read_features
 from tailkit.components import Sampler
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.labels import LabelSets
-from tailkit.metrics_file import write_metrics
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import TIMING_SUFFIX, Layout
+from tailkit.pipeline.artifacts import save_sampler
 from tailkit.progress import each
 from tailkit.registry import Registry
-from tailkit.splits import read_meta
+from tailkit.storage.atomic import atomic_dir, write_json
+from tailkit.storage.feature_cache import read_features
+from tailkit.storage.metrics_file import write_metrics
+from tailkit.storage.splits import read_meta
 
 
 def _pairs(labels: torch.Tensor | LabelSets) -> tuple[torch.Tensor | None, torch.Tensor]:

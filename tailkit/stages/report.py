@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailkit.atomic import atomic_path
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.reporting.runs import (
@@ -42,7 +41,8 @@ from tailkit.reporting.summary import (
     write_plot_data,
 )
 from tailkit.reporting.tables import export_runs
-from tailkit.splits import read_meta
+from tailkit.storage.atomic import atomic_path
+from tailkit.storage.splits import read_meta
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailkit.atomic import write_json
-from tailkit.metrics_file import null_non_finite
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.reporting.runs import workspace_runs
 from tailkit.reporting.seeds import seed_aggregate
+from tailkit.storage.atomic import write_json
+from tailkit.storage.metrics_file import null_non_finite
 
 
 def run(params: Params, layout: Layout) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Stage ``subsample``: deal the dataset's rows into ``data/split/{train,val,test}.parquet``
-with the long-tail profile of ``params.subsample`` (:mod:`tailkit.subsampling` says how), and
+with the long-tail profile of ``params.subsample`` (:mod:`tailkit.pipeline.subsampling` says how), and
 write the label table (names, per-split counts) and ``meta.json`` beside them.
 """
 
@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.atomic import atomic_dir, write_json
 from tailkit.components import dataset_propensity
 from tailkit.labels import LabelSets
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.pipeline.subsampling import plan_splits
 from tailkit.registry import Registry
-from tailkit.splits import SPLITS, write_labels, write_split
-from tailkit.subsampling import plan_splits
+from tailkit.storage.atomic import atomic_dir, write_json
+from tailkit.storage.splits import SPLITS, write_labels, write_split
 
 
 def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:

@@ -7,7 +7,7 @@ learning curve) and ``metrics/timings/train/<experiment>.json`` (seconds, exampl
 the only file here that differs between two runs). An interrupted run resumes from
 ``data/checkpoints/<experiment>/`` when its settings, inputs and code are unchanged: the
 checkpoint's fingerprint holds the hash of the experiment's component sources and of this
-stage's own code (:mod:`tailkit.codehash`), so after a code change it starts afresh.
+stage's own code (:mod:`tailkit.pipeline.codehash`), so after a code change it starts afresh.
 
 A model that trains itself (:class:`~tailkit.components.Learner`: napkinXC, omikuji) is fitted
 once by its tool instead; ``model.json`` sits beside the tool's own files in ``learner/``, and
@@ -21,15 +21,15 @@ from typing import Any
 
 import torch
 
-from tailkit.artifacts import load_sampler, save_model
-from tailkit.atomic import atomic_dir, atomic_path, write_json
-from tailkit.cache import read_features
-from tailkit.checksum import params_hash
-from tailkit.codehash import experiment_code, module_fingerprint
 from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import whole_layer
 from tailkit.distributed.world import World
-from tailkit.experiment import (
+from tailkit.native.device import resolve_device
+from tailkit.params import Params
+from tailkit.paths import Layout
+from tailkit.pipeline.artifacts import load_sampler, save_model
+from tailkit.pipeline.codehash import experiment_code, module_fingerprint
+from tailkit.pipeline.experiment import (
     build_model,
     build_objective,
     check_labels,
@@ -39,11 +39,11 @@ from tailkit.experiment import (
     provenance,
     trains_itself,
 )
-from tailkit.native.device import resolve_device
-from tailkit.params import Params
-from tailkit.paths import Layout
 from tailkit.registry import Registry
-from tailkit.splits import read_meta
+from tailkit.storage.atomic import atomic_dir, atomic_path, write_json
+from tailkit.storage.checksum import params_hash
+from tailkit.storage.feature_cache import read_features
+from tailkit.storage.splits import read_meta
 from tailkit.training.cadence import plan_validation, step_work
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.learner import fit_learner

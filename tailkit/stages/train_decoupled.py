@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
-from tailkit.artifacts import MODEL_WEIGHTS, save_model
-from tailkit.atomic import atomic_dir, atomic_path, write_json
-from tailkit.cache import read_features
-from tailkit.checksum import params_hash
-from tailkit.codehash import experiment_code, module_fingerprint
 from tailkit.components import Loss, PredictionContext
 from tailkit.errors import InvalidParameterError
 from tailkit.evaluation.embeddings import embed
-from tailkit.experiment import (
+from tailkit.native.device import resolve_device
+from tailkit.params import NO_SAMPLER, Params
+from tailkit.paths import Layout
+from tailkit.pipeline.artifacts import MODEL_WEIGHTS, save_model
+from tailkit.pipeline.codehash import experiment_code, module_fingerprint
+from tailkit.pipeline.experiment import (
     build_objective,
     check_labels,
     check_row_sampling,
@@ -38,11 +38,11 @@ from tailkit.experiment import (
     provenance,
     trains_itself,
 )
-from tailkit.native.device import resolve_device
-from tailkit.params import NO_SAMPLER, Params
-from tailkit.paths import Layout
+from tailkit.pipeline.trained import Trained, restore
 from tailkit.registry import Registry
-from tailkit.trained import Trained, restore
+from tailkit.storage.atomic import atomic_dir, atomic_path, write_json
+from tailkit.storage.checksum import params_hash
+from tailkit.storage.feature_cache import read_features
 from tailkit.training.cadence import plan_validation, step_work
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.decoupled import (

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write is None:
         sys.stdout.write(text)
     else:
-        from tailkit.atomic import atomic_path
+        from tailkit.storage.atomic import atomic_path
 
         args.write.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(args.write) as tmp:

@@ -37,10 +37,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tailkit.atomic import atomic_path
 from tailkit.distributed.world import LABEL_BLOCK, ONE_PROCESS, World
 from tailkit.errors import DataValidationError
-from tailkit.finite import first_non_finite
+from tailkit.pipeline.finite import first_non_finite
+from tailkit.storage.atomic import atomic_path
 
 
 class Checkpointer:

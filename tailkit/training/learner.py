@@ -12,14 +12,14 @@ from typing import Any
 
 import torch
 
-from tailkit.artifacts import LEARNER_FILES, MODEL_INFO
-from tailkit.atomic import atomic_dir, atomic_path, write_json
-from tailkit.cache import read_features
-from tailkit.experiment import build_model, check_components, feature_dir, provenance
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.pipeline.artifacts import LEARNER_FILES, MODEL_INFO
+from tailkit.pipeline.experiment import build_model, check_components, feature_dir, provenance
 from tailkit.registry import Registry
-from tailkit.splits import read_meta
+from tailkit.storage.atomic import atomic_dir, atomic_path, write_json
+from tailkit.storage.feature_cache import read_features
+from tailkit.storage.splits import read_meta
 from tailkit.training.loop import curve_to_tsv, validation_rows, validation_scores
 
 

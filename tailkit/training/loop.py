@@ -39,8 +39,8 @@ from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.evaluation.metrics import label_recall, per_class_recall
-from tailkit.finite import first_non_finite
 from tailkit.labels import LabelSets
+from tailkit.pipeline.finite import first_non_finite
 from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.cuda_graph import GraphedEncoder, wants_graphs

@@ -54,7 +54,7 @@ class RowSampler:
     ``labels`` are the training rows' classes, ``epochs`` the run's number of epochs
     (progressive's T; a fractional one is taken as it is). Multi-label rows (:class:`LabelSets`)
     take ``instance`` only (module docstring); the train stage refuses the others on one line
-    before any data is read (:func:`tailkit.experiment.check_row_sampling`).
+    before any data is read (:func:`tailkit.pipeline.experiment.check_row_sampling`).
     """
 
     def __init__(

@@ -8,7 +8,7 @@ Source: the official "python version" archives, pinned by the md5s torchvision u
     cifar-100-python.tar.gz  eb9058c3a382ffc7106e4002c42a8d85   169,001,437 bytes
         cifar-100-python/{train, test, meta, file.txt~}
 
-The archive is downloaded once into the download cache (:func:`tailkit.download.download_cache`,
+The archive is downloaded once into the download cache (:func:`tailkit.storage.download.download_cache`,
 so that ``dvc repro`` wiping ``data/raw`` does not download 170 MB again), or, on a machine
 without internet, read from a local copy given as ``path`` and checked against the same md5.
 
@@ -47,11 +47,11 @@ from typing import Any, BinaryIO, ClassVar, cast
 
 import numpy as np
 
-from tailkit.atomic import atomic_path, write_json
 from tailkit.components import RawData
-from tailkit.download import download_cache, fetch_url, verify_file
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.progress import enabled as progress_enabled
+from tailkit.storage.atomic import atomic_path, write_json
+from tailkit.storage.download import download_cache, fetch_url, verify_file
 
 IMAGES, LABELS, COARSE, META = "images.npy", "labels.npy", "coarse_labels.npy", "meta.json"
 # Rows each split must have; the tests shrink them to feed a few-row archive in the real format.

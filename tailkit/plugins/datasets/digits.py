@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tailkit.atomic import atomic_path, write_json
-from tailkit.checksum import read_pinned
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
+from tailkit.storage.atomic import atomic_path, write_json
+from tailkit.storage.checksum import read_pinned
 
 FILE = "digits.csv.gz"
 SOURCE = "source.json"

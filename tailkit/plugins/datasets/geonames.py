@@ -21,11 +21,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tailkit import parquet
-from tailkit.atomic import atomic_path, write_json
-from tailkit.checksum import read_pinned
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
+from tailkit.storage import parquet
+from tailkit.storage.atomic import atomic_path, write_json
+from tailkit.storage.checksum import read_pinned
 
 GeoNamesFile = Literal["cities500", "cities1000", "cities5000", "cities15000"]
 

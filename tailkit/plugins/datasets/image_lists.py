@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from tailkit import parquet
-from tailkit.atomic import atomic_path, write_json
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
+from tailkit.storage import parquet
+from tailkit.storage.atomic import atomic_path, write_json
 
 INDEX = "index.parquet"
 SOURCE = "source.json"

@@ -33,9 +33,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tailkit.atomic import atomic_path, write_json
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
+from tailkit.storage.atomic import atomic_path, write_json
 from tailkit.validation import SEED, Interval
 
 DATA = "synthetic.npz"

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from tailkit import tensorfile
 from tailkit.components import Sampler
 from tailkit.registry import Component
+from tailkit.storage import tensorfile
 from tailkit.testing.contracts.common import (
     IN_DIM,
     SEED,

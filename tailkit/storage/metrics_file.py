@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tailkit.atomic import write_json
+from tailkit.storage.atomic import write_json
 
 NULL_REASON = "_null_reason"
 

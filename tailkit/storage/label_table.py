@@ -2,7 +2,7 @@
 (``labels.parquet``) and evaluation's per-class results (``per_class.parquet``).
 
 A label table is a polars frame with one row per label, sorted by the ``label`` column (int64
-ids 0..C−1, each exactly once), written with zstd, page checksums (:mod:`tailkit.parquet`)
+ids 0..C−1, each exactly once), written with zstd, page checksums (:mod:`tailkit.storage.parquet`)
 and optional string key-value metadata (e.g. the key of the data an evaluation ran on). One
 reader checks what every consumer relies on — the file is Parquet, its pages match their
 checksums, it has the columns asked for, and its ids cover 0..C−1 once each — and turns each
@@ -20,9 +20,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tailkit import parquet
-from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
+from tailkit.storage import parquet
+from tailkit.storage.atomic import atomic_path
 
 ID = "label"
 
@@ -56,7 +56,7 @@ def read_label_table(
     if isinstance(source, Path) and not source.exists():
         raise DataValidationError(f"{name}: missing; run `dvc repro {producer}` first")
     wanted = None if columns is None else list(dict.fromkeys([ID, *columns]))
-    # pyarrow, which verifies the page checksums (tailkit/parquet.py); polars cannot
+    # pyarrow, which verifies the page checksums (tailkit/storage/parquet.py); polars cannot
     with parquet.open_file(_readable(source), name, producer) as file:
         # ParquetFile.read silently skips a column the file lacks: check the names first
         if wanted is not None and not set(wanted) <= set(file.schema_arrow.names):

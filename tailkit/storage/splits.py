@@ -19,9 +19,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tailkit import parquet
-from tailkit.label_table import read_label_table, write_label_table
 from tailkit.paths import require
+from tailkit.storage import parquet
+from tailkit.storage.label_table import read_label_table, write_label_table
 
 if TYPE_CHECKING:  # labels.py imports torch, which the report (reading only counts) never needs
     from tailkit.labels import LabelSets

@@ -19,9 +19,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from tailkit.atomic import write_json
 from tailkit.catalog import cache_dir
 from tailkit.errors import InvalidParameterError
+from tailkit.storage.atomic import write_json
 
 #: The dataset options that name the user's files (a plugin's ``path`` counts the same).
 DATA_OPTIONS = ("path", "split_dir", "annotations")

@@ -41,7 +41,7 @@ from tailkit.components import RawData
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
 from tailkit.params import SubsampleParams
-from tailkit.splits import SPLITS
+from tailkit.storage.splits import SPLITS
 
 
 def _round_half_up(x: np.ndarray) -> np.ndarray:

@@ -37,22 +37,22 @@ import pyarrow.csv as pa_csv
 import scipy.sparse as sp
 import torch
 
-from tailkit.atomic import atomic_path
-from tailkit.cache import read_features
 from tailkit.components import featurizer_output
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.predict import predict
 from tailkit.evaluation.results import probabilities_of
-from tailkit.experiment import feature_dir, trains_itself
-from tailkit.featurizing import as_output
 from tailkit.native.device import resolve_device
 from tailkit.params import Params
-from tailkit.parquet import read_table, write_table
 from tailkit.paths import Layout
+from tailkit.pipeline.experiment import feature_dir, trains_itself
+from tailkit.pipeline.featurizing import as_output
+from tailkit.pipeline.trained import restore, restore_learner
 from tailkit.registry import Registry
 from tailkit.sparse import SparseRows
-from tailkit.splits import SPLITS, read_labels, read_split
-from tailkit.trained import restore, restore_learner
+from tailkit.storage.atomic import atomic_path
+from tailkit.storage.feature_cache import read_features
+from tailkit.storage.parquet import read_table, write_table
+from tailkit.storage.splits import SPLITS, read_labels, read_split
 
 #: Test rows the re-fitted featurizer must reproduce from the cache.
 CHECK_ROWS = 64

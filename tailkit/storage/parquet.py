@@ -12,7 +12,7 @@ Files written without checksums (by polars, by older tailkit) carry no CRC; pyar
 check for such pages, so they still read.
 
 Every read failure becomes one line naming the file and the ``dvc repro`` stage that rebuilds
-it (:func:`unreadable`), in the words of :mod:`tailkit.label_table`'s errors.
+it (:func:`unreadable`), in the words of :mod:`tailkit.storage.label_table`'s errors.
 """
 
 from __future__ import annotations

@@ -27,10 +27,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tailkit._moved import MOVED
+
 CORE = "tailkit"
 
 
 def _module_file(root: Path, name: str) -> Path | None:
+    """The file of module ``name`` under ``root``; a moved module's old name gives the file
+    it moved to (tailkit/_moved.py)."""
+    name = MOVED.get(name, name)
     base = root.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():

@@ -10,19 +10,19 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tailkit.artifacts import (
+from tailkit.components import Encoder, Learner, Loss, PredictionContext
+from tailkit.params import Params
+from tailkit.paths import Layout
+from tailkit.pipeline.artifacts import (
     check_made_for,
     load_learner,
     load_model,
     load_sampler,
     read_model_info,
 )
-from tailkit.components import Encoder, Learner, Loss, PredictionContext
-from tailkit.experiment import build_model, build_objective, feature_dir
-from tailkit.params import Params
-from tailkit.paths import Layout
+from tailkit.pipeline.experiment import build_model, build_objective, feature_dir
 from tailkit.registry import Registry
-from tailkit.splits import read_meta
+from tailkit.storage.splits import read_meta
 from tailkit.training.loop import log_prior_from_counts
 from tailkit.training.output_layer import OutputLayer
 

@@ -26,7 +26,7 @@ the split turns the three zero bytes of each value into streams zstd removes (so
 about its raw pixel size, against 1.36× with PLAIN). Sparse ``idx`` is DELTA_BINARY_PACKED (sorted
 ids), ``val`` BYTE_STREAM_SPLIT. Statistics only for the integer columns (min/max of a list
 column is useless). Row groups hold 65,536 rows. Every page carries a CRC-32, verified on read
-(:mod:`tailkit.parquet`): a flipped bit is a one-line error naming the file and ``dvc repro
+(:mod:`tailkit.storage.parquet`): a flipped bit is a one-line error naming the file and ``dvc repro
 featurize@<set>``, not wrong features. The Parquet key-value metadata key ``b"tailkit"``
 holds a JSON object: the caller's ``metadata`` plus ``dim`` (D; H·W·3 for images) and
 ``num_rows`` (N), and for the image and sparse kinds ``kind`` (and ``shape``, ``nnz``),
@@ -64,11 +64,11 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 import torch
 
-from tailkit import parquet
-from tailkit.atomic import atomic_path
 from tailkit.errors import DataValidationError
 from tailkit.labels import LabelSets
 from tailkit.sparse import SparseRows, canonical, check_rows
+from tailkit.storage import parquet
+from tailkit.storage.atomic import atomic_path
 
 METADATA_KEY = b"tailkit"
 ROW_GROUP_SIZE = 65_536

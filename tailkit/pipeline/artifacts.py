@@ -1,6 +1,6 @@
 """The fitted sampler and trained model files that later stages read, and nothing else.
 
-Tensors go to safetensors (:mod:`tailkit.tensorfile`), metadata to JSON: a model or sampler
+Tensors go to safetensors (:mod:`tailkit.storage.tensorfile`), metadata to JSON: a model or sampler
 state from a shared DVC remote cannot run code when it is loaded. A model that trains itself
 (napkinXC, omikuji) leaves its tool's own binary files, which that tool parses as data. No file
 holds a clock reading, so re-running a stage on the same inputs writes the same bytes and DVC
@@ -15,14 +15,14 @@ from typing import Any
 
 import torch
 
-from tailkit import tensorfile
-from tailkit.atomic import write_json
 from tailkit.components import Learner, Sampler
 from tailkit.errors import MismatchedArtifactError, TrainingDivergedError
-from tailkit.finite import first_non_finite
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout, require
+from tailkit.pipeline.finite import first_non_finite
 from tailkit.registry import Registry
+from tailkit.storage import tensorfile
+from tailkit.storage.atomic import write_json
 
 SAMPLER_STATE = "state.safetensors"
 MODEL_WEIGHTS = "model.safetensors"

@@ -1,0 +1,79 @@
+"""The modules that moved out of the package root into storage/, pipeline/ and native/, kept
+importable under their old names for one release, with a DeprecationWarning, so that a
+plugin written against them keeps working: ``import tailkit.atomic`` gives the very module
+``tailkit.storage.atomic`` (one module object, one state).
+
+A finder on ``sys.meta_path`` answers only for these names; everything else falls through to
+the normal import system. :mod:`tailkit.pipeline.codehash` resolves an old name through
+:data:`MOVED` too, so a plugin's code fingerprint still holds the file it imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+
+MOVED = {
+    f"tailkit.{old}": f"tailkit.{new}"
+    for old, new in {
+        "allocator": "native.allocator",
+        "openmp": "native.openmp",
+        "kernel_cache": "native.kernel_cache",
+        "vector_width": "native.vector_width",
+        "fastmath": "native.fastmath",
+        "grouping": "native.grouping",
+        "runtime": "native.device",
+        "atomic": "storage.atomic",
+        "checksum": "storage.checksum",
+        "download": "storage.download",
+        "parquet": "storage.parquet",
+        "tensorfile": "storage.tensorfile",
+        "cache": "storage.feature_cache",
+        "splits": "storage.splits",
+        "label_table": "storage.label_table",
+        "metrics_file": "storage.metrics_file",
+        "file_hash": "storage.file_hash",
+        "linked_outputs": "storage.linked_outputs",
+        "params_yaml": "storage.params_yaml",
+        "experiment": "pipeline.experiment",
+        "subsampling": "pipeline.subsampling",
+        "featurizing": "pipeline.featurizing",
+        "artifacts": "pipeline.artifacts",
+        "trained": "pipeline.trained",
+        "predicting": "pipeline.predict_new_rows",
+        "codehash": "pipeline.codehash",
+        "parallel_repro": "pipeline.parallel_repro",
+        "stage_address": "pipeline.stage_address",
+        "finite": "pipeline.finite",
+    }.items()
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec) -> ModuleType:
+        new = MOVED[spec.name]
+        warnings.warn(
+            f"{spec.name} moved to {new}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module is the new one, already executed."""
+
+
+def install() -> None:
+    """Put the finder on ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.append(_MovedModuleFinder())
