@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export DVC_STUDIO_OFFLINE := true
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install repro test test-fast lint bench golden gpu-check clean
+.PHONY: install repro test test-fast lint bench golden cli-docs gpu-check clean
 
 install: $(STAMP)
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,peers]'
 	touch $(STAMP)
 
-# `dvc repro` with independent stages side by side (tailkit/parallel_repro.py): the same
+# `dvc repro` with independent stages side by side (tailkit/pipeline/parallel_repro.py): the same
 # outputs and dvc.lock, sooner on a machine with more than one core.
 JOBS ?= 2
 repro: $(STAMP)
@@ -45,6 +45,10 @@ lint: $(STAMP)
 # The golden pipeline's output hashes (tests/test_golden.py), after an intended change to outputs.
 golden: $(STAMP)
 	$(BIN)/python -m tailkit.testing.golden --write tests/golden/hashes.json
+
+# docs/cli.md from the commands' --help (tests/test_cli_reference.py), after a command changes.
+cli-docs: $(STAMP)
+	$(BIN)/python -m tailkit.testing.cli_reference --write docs/cli.md
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_step.py
