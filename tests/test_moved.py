@@ -49,8 +49,3 @@ def test_a_plugin_on_the_old_names_runs_and_its_fingerprint_holds_the_moved_file
         check=False,
     )
     assert "tailkit.atomic moved to tailkit.storage.atomic" in done.stderr
-
-
-def test_the_package_root_holds_the_face_the_seam_and_the_settings():
-    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert len(modules) <= 16, modules

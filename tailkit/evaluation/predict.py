@@ -54,7 +54,7 @@ def device_label_chunk(label_chunk: int, rows: int, device: torch.device) -> int
     by the merge's maximum, its Σ e^(s − max) and its top-k screen, and with the tree's
     correction once more before them; 4,096 floats (16 KiB) stay in L1 through those passes,
     16,384 do not. The tile bounds what the GEMM writes before the merge reads it. Measured on
-    the 2-core Xeon at C = 10^6, d = 32 (ms a row, scoring with top-5; rows × chunk):
+    a 2-core AVX-512 machine at C = 10^6, d = 32 (ms a row, scoring with top-5; rows × chunk):
     2,048 × 16,384 0.96, 256 × 16,384 1.13, 64 × 16,384 0.94 (the width decides), 256 × 4,096
     0.75-0.79, 512 × 4,096 0.75, 128 × 4,096 0.85, 512 × 2,048 0.75, 1,024 × 1,024 0.80; with
     the correction 2.16 → 2.02. At C = 3,875 the shape made no difference.

@@ -70,7 +70,7 @@ def chunked_topk(
     scores by the lower label id.
 
     The defaults keep a block's scores (512 × 4096 floats, 8 MiB) in cache: on the 2-core
-    EPYC the GEMM of that shape runs at ~120 GFLOP/s against ~65 for 2048 × 8192 outputs.
+    AVX2 machine the GEMM of that shape runs at ~120 GFLOP/s against ~65 for 2048 × 8192 outputs.
     """
     n, num_labels = queries.shape[0], weight.shape[0]
     k = min(k, num_labels)

@@ -10,9 +10,9 @@ the heap), no trimming of the heap's free top (``trim_threshold``), and no tcach
 allocation frees lands in a cache that never merges with its neighbours, so the next block of
 the same size cannot reuse the freed one and the heap grows by a block a step. With the three,
 the same block comes back, page faults and all: plain CE's step at C = 10^5 went from 520 to
-314 ms (benchmarks/bench_losses.py, 2-core AMD EPYC). A fourth asks for transparent huge pages:
-the default GeoNames train stages ran 5–15 % faster with it (sampled-uniform 11.7–11.9 s
-against 12.4–13.7 s, softmax 34.0 against 37.0 s, same peak RSS; 2-core AMD EPYC, AVX2). The
+314 ms (benchmarks/bench_losses.py, a 2-core AVX2 machine). A fourth asks for transparent huge
+pages: the default GeoNames train stages ran 5–15 % faster with it (sampled-uniform 11.7–11.9 s
+against 12.4–13.7 s, softmax 34.0 against 37.0 s, same peak RSS; a 2-core AVX2 machine). The
 process keeps its peak footprint until it exits, which suits a stage. Nothing numeric changes.
 
 glibc reads its tunables once, at process start, so the ``tailkit`` command's restart

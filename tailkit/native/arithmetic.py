@@ -5,8 +5,8 @@ kernels of other vector widths or blockings sum in other orders: MKL's GEMMs (it
 ATen's vectorised element-wise and reduction kernels (its CPU capability), oneDNN's
 convolutions, numba's compiled loops (LLVM's target CPU), the OpenBLAS behind numpy and scipy
 (scikit-learn's PCA and SVD; its core type picks the blocking) and numpy's own SIMD loops (its
-AVX-512 ``exp``/``log`` are other polynomials). A model trained on an AVX-512 Xeon then differs
-in its last bits from one trained on an AVX2 EPYC, and every number after it moves.
+AVX-512 ``exp``/``log`` are other polynomials). A model trained on an Intel CPU with AVX-512 then
+differs in its last bits from one trained on an AMD CPU with AVX2, and every number after it moves.
 
 :func:`pinned_environment` sets each library's switch to the AVX2-and-FMA level (the
 x86-64-v3 micro-architecture level, which every x86-64 server CPU since 2015 has), so any such

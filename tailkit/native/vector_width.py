@@ -1,6 +1,6 @@
 """Per-kernel opt-in to 512-bit vectors on CPUs that have them.
 
-LLVM tunes every Intel AVX-512 target from Skylake-SP to Emerald Rapids with
+LLVM tunes every Intel server target with AVX-512 with
 ``prefer-256-bit``: its loop vectoriser then fills 256-bit registers, and numba, which compiles
 for the host CPU, inherits that (the tree's all-leaves kernel had no zmm instruction at all).
 The preference protects code that mixes a few wide instructions into scalar work from the

@@ -122,7 +122,7 @@ class _FullLogits(torch.autograd.Function):
 
     Through autograd the step also copied the (B, C) logit gradient once more (its
     transpose's layout for the weight's product): 0.9 ms of a 13.6-ms full-softmax step at
-    B = 512, C = 3,875 on the 2-core Xeon (``benchmarks/bench_losses.py``'s CE), and the
+    B = 512, C = 3,875 on a 2-core AVX-512 machine (``benchmarks/bench_losses.py``'s CE), and the
     whole product chain ran 2-3 ms faster written out here.
     """
 

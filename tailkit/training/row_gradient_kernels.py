@@ -5,8 +5,8 @@ scores each row against its own m gathered rows, and autograd's backward of that
 three dense tables to produce the rows' gradient: the (B, m, d) outer products of the batched
 product's backward, and a zero (rows, d) table per gather (positives and negatives) that
 ``index_add_`` fills and that are then added. At B = 1,024, m = 16, d = 128 and C = 10^6 those
-took ~3 ms of a 14 ms step on the 2-core Xeon (benchmarks/bench_sampler.py), moving some 50 MB.
-Here each gathered row's gradient is summed from the step's few contributions and written once.
+took ~3 ms of a 14 ms step on a 2-core AVX-512 machine (benchmarks/bench_sampler.py), moving some 50
+MB. Here each gathered row's gradient is summed from the step's few contributions and written once.
 
 The sums are autograd's bit for bit: each product g·z is one float32 multiplication, as the
 backward of the batched product (an inner dimension of 1) and of the positive's elementwise

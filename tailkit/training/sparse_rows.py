@@ -90,8 +90,8 @@ def apply_dense_adagrad(
 
     torch's ``addcmul_`` / ``sqrt`` / ``addcdiv_`` make four passes over the table and a
     temporary as large: 2.4 ms a step for the synthetic XC set's 10,000 × 256 layer on the
-    2-core Xeon, where this one pass takes 0.7 ms. Its values differ from torch's in the last
-    bit now and then (torch's vectorised float32 ``sqrt`` is not always correctly rounded,
+    2-core AVX-512 machine, where this one pass takes 0.7 ms. Its values differ from torch's in the
+    last bit now and then (torch's vectorised float32 ``sqrt`` is not always correctly rounded,
     and its ``addcmul_`` fuses the multiply-add); tests/test_sparse_rows.py compares both with
     a float64 formula.
     """
@@ -126,9 +126,9 @@ def apply_row_adagrad(
 
     A sampled step's output layer: torch's select, multiply-add, copy back, square root,
     divide and scattered add made six passes over the touched rows and four temporaries as
-    large (0.79 ms of a 7 ms step at 1,024 rows of 1,024 shared negatives, d = 128, on the
-    2-core Xeon); this is one pass. Each row is updated by one thread, so the values do not
-    depend on the thread count; ids must be unique, as ``OutputLayer.sampled`` makes them.
+    large (0.79 ms of a 7 ms step at 1,024 rows of 1,024 shared negatives, d = 128, on a
+    2-core AVX-512 machine); this is one pass. Each row is updated by one thread, so the values do
+    not depend on the thread count; ids must be unique, as ``OutputLayer.sampled`` makes them.
     """
     with torch.no_grad():
         scalar = _kernel_scalar(table)

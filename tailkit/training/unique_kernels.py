@@ -4,7 +4,7 @@ Why hand-written: a sampled step gathers each output row it touches once
 (tailkit/training/output_layer.py), so it needs the sorted distinct ids of its labels and
 negatives and, for each, its place among them: ``torch.unique(…, return_inverse=True)``. With
 per-example negatives that is B·(m + 1) ids, and torch's sort-based unique took 1.1 ms for
-17,408 of them on the 2-core Xeon (B = 1,024, m = 16: a tenth of a Bamler–Mandt step at
+17,408 of them on a 2-core AVX-512 machine (B = 1,024, m = 16: a tenth of a Bamler–Mandt step at
 C = 10^6). Ids are integers below C, so a least-significant-digit radix sort of 11 bits a pass
 (two passes below C = 2^22) orders them in linear time: 0.19 ms. The result is
 ``torch.unique``'s exactly (ascending ids; the inverse indexes them).

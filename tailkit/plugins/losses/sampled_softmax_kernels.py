@@ -4,7 +4,7 @@ gradient in one read and one write.
 Why hand-written: the sampled step's only O(B·m) work besides its three GEMMs is this loss,
 and in eager torch it was eight (B, m) passes and as many temporaries: the weights added, the
 hits masked, the positive column concatenated, ``logsumexp``'s max, exp and sum, and a backward
-of exp, a broadcast multiply (2.8 ms alone at B = m = 1,024 on the Xeon: torch runs that
+of exp, a broadcast multiply (2.8 ms alone at B = m = 1,024 on an AVX-512 machine: torch runs that
 broadcast pattern unvectorised) and the concatenation's and mask's own backwards. At B = m =
 1,024 and d = 128 they took 7–8 ms of a 10 ms step whose GEMMs take 2.5 (bench_step.py).
 

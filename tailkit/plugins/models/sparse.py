@@ -4,8 +4,8 @@ The first layer of both encoders is a (D, h) table E read with ``embedding_bag(m
 per_sample_weights=values)``: a row's output is Σ_j x_j E_j over its non-zeros only, which is
 x·E without densifying x. ``benchmarks/bench_sparse_input.py`` measures one step of it against
 ``torch.sparse.mm`` on a torch CSR batch, whose gradient to E is always dense: on a 2-core
-Xeon, B = 512, h = 256, the bag with sparse gradients took 45 ms at 830k columns (18 per row)
-where sparse.mm took 1.8 s (40×); at 30k columns (100 per row) the bag with a dense gradient
+AVX-512 machine, B = 512, h = 256, the bag with sparse gradients took 45 ms at 830k columns (18 per
+row) where sparse.mm took 1.8 s (40×); at 30k columns (100 per row) the bag with a dense gradient
 took 22 ms, sparse.mm 37 ms and the sparse-gradient bag 59 ms.
 
 Hence ``sparse_grad``: with it the backward pass returns a sparse gradient touching only the

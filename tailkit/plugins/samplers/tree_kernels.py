@@ -213,8 +213,8 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 #   start on cache lines, and every loop runs over unit-stride slices indexed from 0: an index
 #   such as ``base + j`` may be negative as far as numba knows, and its wrap-around code kept
 #   the loops it sat in scalar. Together 4.1–4.7 → 2.0–2.4 ns per node and row on one core of
-#   the Xeon (C = 10^4, 10^5), the same float32 values (the previous heap-order kernel's, bit
-#   for bit). Tried and dropped: eight inputs per sweep instead of four, and the leaves' copy
+#   an AVX-512 machine (C = 10^4, 10^5), the same float32 values (the previous heap-order kernel's,
+#   bit for bit). Tried and dropped: eight inputs per sweep instead of four, and the leaves' copy
 #   four rows per slot load (both within noise or slower);
 # * a row's values do not depend on how many rows or labels a call covers (tests compare them
 #   bit for bit): every row takes the same operations in the same vector lanes whichever group
@@ -224,7 +224,7 @@ def path_log_prob(x, weight, bias, leaf, depth, out):
 # * 512-bit vectors (tailkit/native/vector_width.py): LLVM's Intel tuning keeps loops at 256 bits,
 #   and this kernel is vector loops end to end. With no re-association the width moves no
 #   value (the same bits, checked against the 256-bit build at C = 10^5 and 10^6); one core of
-#   the Xeon, C = 10^6, 256 rows in one call over all labels, medians of 5 side by side:
+#   an AVX-512 machine, C = 10^6, 256 rows in one call over all labels, medians of 5 side by side:
 #   2.32 → 1.98 ms a row;
 # * the leaves' parents only where a label needs them (:func:`kernel_layout`): a fitted tree
 #   holds C labels in 2^⌈log2 C⌉ leaves, its balanced splits leave one or two labels under
