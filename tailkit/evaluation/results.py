@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from tailkit.components import DEFAULT_PROPENSITY, Loss
+from tailkit.evaluation import intervals
 from tailkit.evaluation.metrics import (
     CDF_POINTS,
     classification_metrics,
@@ -200,6 +201,50 @@ def _multilabel_metrics(
     return out
 
 
+def test_intervals(
+    scored: Scored,
+    labels: np.ndarray | LabelSets | torch.Tensor | None,
+    counts: np.ndarray,
+    meta: dict[str, Any],
+    groups: GroupThresholds,
+    f1: tuple[dict[str, float], dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """The 95 % bootstrap interval of every scalar of the ``test`` and ``ranking`` blocks
+    (:mod:`tailkit.evaluation.intervals`), as ``{"test": {...}, "ranking": {...}}`` of
+    ``[low, high]`` with the method beside them."""
+    assert labels is not None  # read with every column
+    if isinstance(labels, torch.Tensor):
+        labels = labels.numpy()
+    truth = _truth(labels)
+    q = _inverse_propensity(labels, counts, meta)
+    ks = tuple(k for k in (1, 3, 5) if k <= scored.ranked.shape[1])
+    single = not isinstance(labels, LabelSets)
+    chosen = intervals.Metrics(len(truth[0]) - 1)
+    intervals.multilabel_metrics(
+        chosen, scored.ranked, truth, counts, q, scored.confidence, groups, ks, not single
+    )
+    if not isinstance(labels, LabelSets):
+        intervals.single_label_metrics(
+            chosen, scored.ranked, labels, counts, scored.log_likelihood, scored.confidence, groups
+        )
+    if f1 is not None and scored.probabilities is not None:
+        width = 1 if single else scored.ranked.shape[1]
+        thresholded = Thresholded.of(
+            scored.ranked[:, :width], scored.probabilities[:, :width], truth, len(counts)
+        )
+        intervals.f1_metrics(chosen, thresholded, truth, f1[1])
+    found = intervals.Resampler(len(truth[0]) - 1).intervals(chosen)
+    out: dict[str, Any] = {"test": {}, "ranking": {}}
+    for name, interval in found.items():
+        block, _, key = name.rpartition(".")
+        out[block or "test"][key] = interval
+    out["method"] = (
+        f"percentile bootstrap over test rows: {intervals.RESAMPLES} resamples, "
+        f"{intervals.LEVEL:.0%} level, seed {intervals.SEED}"
+    )
+    return out
+
+
 def write_margin_cdfs(directory: Path, cdfs: dict[str, np.ndarray]) -> None:
     """One ``margins-<group>.tsv`` per many/medium/few group, the header alone where the group
     has no margins (no test row, or a model that scores only its top k): git keeps no empty
@@ -271,6 +316,7 @@ def write_results(
     if f1 is not None:
         metrics["test"].update(f1[0])
         metrics["f1_thresholds"] = f1[1]
+    metrics["intervals"] = test_intervals(adjusted, labels, counts, meta, groups, f1)
     write_per_class_table(layout, experiment, features, meta, test, adjusted.ranked, groups)
     write_metrics(layout.metrics_detail(experiment), metrics)
     write_metrics(layout.metrics(experiment), headline(null_non_finite(metrics)))

@@ -34,6 +34,14 @@ MULTILABEL_FIGURES = {
 }
 
 
+INTERVAL_NOTE = (
+    "±: half the width of the 95 % interval of a bootstrap over the test rows (the test "
+    "set's sampling; not the training seed's variance), or with several seeds the standard "
+    "deviation over them. Best of each column in bold; ≈: less than a standard deviation over "
+    "the seeds from it."
+)
+
+
 def legend(multilabel: bool, thresholds: GroupThresholds = DEFAULT_GROUPS) -> str:
     """The sentence under a comparison table, with the study's group thresholds."""
     r = thresholds.ranges()
@@ -45,15 +53,13 @@ def legend(multilabel: bool, thresholds: GroupThresholds = DEFAULT_GROUPS) -> st
             "per-label recall of the top 5, averaged over labels; many/medium/few: the same over "
             f"labels carried by {groups}; ECE: of the top-1 label being one of the row's labels; "
             "macro-F1: of the top-5 labels whose probability clears the threshold best on "
-            "validation. Best of each column in bold; ≈: less than a standard deviation over "
-            "the seeds from it."
+            "validation. " + INTERVAL_NOTE
         )
     return (
         "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
         f"{groups}; balanced acc.: over all classes; ECE: expected calibration error of the "
         "loss's own probabilities (15 bins; – for a loss without one); macro-F1: of the top "
-        "label when its probability clears the threshold best on validation. Best of each "
-        "column in bold; ≈: less than a standard deviation over the seeds from it."
+        "label when its probability clears the threshold best on validation. " + INTERVAL_NOTE
     )
 
 

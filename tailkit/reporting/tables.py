@@ -190,12 +190,15 @@ def _cell(
     value: float | None,
     std: float | None,
     best: dict[str, tuple[float, float | None]],
+    half: float | None = None,
 ) -> str:
     if value is None:
         return "–"
     text = _number(col, value)
     if std is not None:
         text += f" ± {_number(col, std)}"
+    elif half is not None:
+        text += f" ±{_number(col, half)}"
     if col.header not in best:
         return text
     top, top_std = best[col.header]
@@ -206,9 +209,26 @@ def _cell(
     return f"{text} {WITHIN_SPREAD}" if abs(value - top) < spread else text
 
 
+def interval_halves(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
+    """Per row name, half the width of each metric's 95 % interval (``intervals`` in the
+    detail metrics, tailkit/evaluation/intervals.py), by its dotted path."""
+    out: dict[str, dict[str, float]] = {}
+    for run in runs:
+        found = run.metrics.get("intervals")
+        if not isinstance(found, dict):
+            continue
+        halves = out.setdefault(run.name, {})
+        for block in ("test", "ranking"):
+            for key, interval in (found.get(block) or {}).items():
+                if isinstance(interval, list) and len(interval) == 2:
+                    halves[f"{block}.{key}"] = (interval[1] - interval[0]) / 2
+    return out
+
+
 def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = None) -> str:
-    """One row per experiment and source (mean ± std where it ran with several seeds), the
-    best value of each column in bold and, with several seeds, the means less than a standard
+    """One row per experiment and source (mean ± std where it ran with several seeds; with one,
+    ±half the width of the 95 % bootstrap interval where evaluate recorded one), the best
+    value of each column in bold and, with several seeds, the means less than a standard
     deviation from it marked :data:`WITHIN_SPREAD`."""
     columns = columns_for(runs) if columns is None else columns
     summary = seed_summary(runs_frame(runs), [_dotted(c) for c in columns])
@@ -216,8 +236,13 @@ def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = Non
     several = cast(int, summary["seeds"].max()) > 1 if len(summary) else False
     head = ["experiment", "method", *(["seeds"] if several else []), *(c.header for c in columns)]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    halves = interval_halves(runs)
     for row in summary.iter_rows(named=True):
-        cells = [_cell(c, row.get(_dotted(c)), row.get(f"{_dotted(c)} std"), best) for c in columns]
+        half = halves.get(row["name"], {}) if row["seeds"] == 1 else {}
+        cells = [
+            _cell(c, row.get(_dotted(c)), row.get(f"{_dotted(c)} std"), best, half.get(_dotted(c)))
+            for c in columns
+        ]
         seeds = [str(row["seeds"])] if several else []
         lines.append(f"| {row['name']} | {row['method']} | " + " | ".join(seeds + cells) + " |")
     return "\n".join(lines) + "\n"

@@ -177,11 +177,21 @@ def likely_cause(old: Side, new: Side, experiment: str) -> str:
     code = f"fingerprints/experiments/{experiment}.json"
     if old.text(code) != new.text(code):
         causes.append(f"its code changed ({code})")
+    for stage in ("train", "evaluate"):
+        path = f"fingerprints/stages/{stage}.json"
+        if _stage_code(old, path) != _stage_code(new, path):
+            causes.append(f"the {stage} stage's code changed ({path})")
     if _settings(old, experiment) != _settings(new, experiment):
         causes.append("its settings in params.yaml changed")
     if not causes:
         return "no recorded cause: same code, settings, libraries and arithmetic"
     return "likely cause: " + "; ".join(causes)
+
+
+def _stage_code(side: Side, path: str) -> Any:
+    """A stage fingerprint's code part (its arithmetic record is compared on its own)."""
+    record = side.json(path) or {}
+    return {k: v for k, v in record.items() if k != "arithmetic"}
 
 
 def _arithmetic(side: Side, experiment: str) -> dict[str, Any] | None:
