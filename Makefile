@@ -34,9 +34,10 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest --durations=25
 
-# The unit tier: everything but the end-to-end runs of dvc, pip and several processes.
+# The unit tier, under three minutes on 2 cores: everything but the end-to-end runs of dvc, pip
+# and several processes and the tests over a second (tests/slow_tests.txt).
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -180,3 +180,19 @@ def _seeded_global_generator():
     import torch
 
     torch.manual_seed(0)
+
+
+#: Tests over a second each (tests/slow_tests.txt): `make test-fast` skips them with the
+#: end-to-end runs marked slow in their files.
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    listed = {
+        line.strip()
+        for line in SLOW_TESTS.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
