@@ -122,11 +122,17 @@ class _WithPluginCommands(click.Group):
         return command
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        self._load_plugins()
+        """tailkit's own commands, and the plugins' once something loaded them: ``--help``
+        imports no plugin (a plugin hanging at import must not hang it), and a plugin's
+        command still runs by name (:meth:`get_command`)."""
         return super().list_commands(ctx)
 
 
-@click.group(cls=_WithPluginCommands)
+@click.group(
+    cls=_WithPluginCommands,
+    epilog="Commands that installed plugins add (register_commands) run by name; this list "
+    "holds tailkit's own, read without importing any plugin.",
+)
 @click.version_option(package_name="tailkit")
 def cli() -> None:
     """Long-tail and extreme classification pipeline (run the stages with `dvc repro`)."""

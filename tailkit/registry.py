@@ -12,14 +12,16 @@ Environment:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import inspect
 import os
 import re
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -314,6 +316,38 @@ def _entry_points(group: str) -> Iterable[importlib.metadata.EntryPoint]:
         yield ep
 
 
+#: Seconds a plugin's import may take before tailkit names it on stderr: a plugin that hangs
+#: at import would otherwise leave every command silent (``TAILKIT_SLOW_IMPORT_SECONDS``).
+SLOW_IMPORT_SECONDS = 5.0
+
+
+@contextlib.contextmanager
+def _named_if_slow(record: PluginRecord) -> Iterator[None]:
+    """Name the plugin being imported if its import outlasts the limit (it keeps running: a
+    slow import is allowed, a silent one is not)."""
+    try:
+        limit = float(os.environ.get("TAILKIT_SLOW_IMPORT_SECONDS", SLOW_IMPORT_SECONDS))
+    except ValueError:
+        limit = SLOW_IMPORT_SECONDS
+    where = f"{record.distribution} {record.version}".strip()
+    timer = threading.Timer(
+        limit,
+        lambda: print(
+            f"tailkit: still importing plugin {record.name!r} ({where}, entry point "
+            f"{record.name} = {record.entry_point}) after {limit:g} s; TAILKIT_LOAD_PLUGINS "
+            "names the plugins to load",
+            file=sys.stderr,
+            flush=True,
+        ),
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def _tracing() -> bool:
     return bool(os.environ.get("TAILKIT_TRACE_PLUGINS"))
 
@@ -357,7 +391,9 @@ def make_plugin_manager(
             record = PluginRecord(ep.name, dist, version, ep.value)
             records[ep.name] = record
             try:
-                pm.register(ep.load(), name=ep.name)
+                with _named_if_slow(record):
+                    plugin = ep.load()
+                pm.register(plugin, name=ep.name)
             # a broken plugin must not take the others down; SystemExit too: a plugin calling
             # sys.exit at import would otherwise end tailkit silently with its code
             except (Exception, SystemExit) as exc:  # noqa: BLE001

@@ -17,7 +17,7 @@ HEADER = """# Command reference
 
 Every `tailkit` command with its `--help`, generated from the code
 (`make cli-docs`; `tests/test_cli_reference.py` fails when this file and the code disagree).
-Plugins may add commands of their own (`register_commands`); `tailkit --help` lists them.
+Plugins may add commands of their own (`register_commands`); they run by name.
 """
 
 
