@@ -241,10 +241,16 @@ def f1_metrics(
     ranked_groups = Grouping(rank_rows, np.searchsorted(used, rank_labels), size, n)
     hits, probabilities = test.hits[valid], test.probabilities[valid]
 
+    weighted: dict[float, tuple[sp.csr_matrix, sp.csr_matrix]] = {}
+
     def f1(threshold: float, which: str) -> Metric:
-        predicted = probabilities >= threshold
-        tp_w = ranked_groups.weighted(predicted & hits)
-        fp_w = ranked_groups.weighted(predicted & ~hits)
+        if threshold not in weighted:  # micro and macro at one threshold share their sums
+            predicted = probabilities >= threshold
+            weighted[threshold] = (
+                ranked_groups.weighted(predicted & hits),
+                ranked_groups.weighted(predicted & ~hits),
+            )
+        tp_w, fp_w = weighted[threshold]
 
         def metric(s: Sums) -> np.ndarray:
             tp, fp = s.grouped(tp_w), s.grouped(fp_w)
