@@ -36,7 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from tailkit.evaluation.metrics import ranked_hits, shot_groups
+from tailkit.evaluation.metrics import propensity_gains, ranked_hits, shot_groups
 from tailkit.evaluation.thresholds import Thresholded
 from tailkit.groups import GroupThresholds
 
@@ -322,13 +322,7 @@ def multilabel_metrics(
     hits = ranked_hits(ranked, (indptr, indices), train_counts.shape[0])
     discount = 1.0 / np.log2(np.arange(2, width + 2))
     ideal = np.cumsum(discount)
-    q = np.asarray(inv_propensity, dtype=np.float64)
-    gains = np.where(hits, q[ranked.clip(min=0)], 0.0)
-    order = np.lexsort((-q[indices], rows))
-    rank_in_row = np.arange(len(indices)) - np.repeat(indptr[:-1], sizes)
-    best_top = np.zeros((n, width))
-    keep = rank_in_row < width
-    best_top[rows[order][keep], rank_in_row[keep]] = q[indices][order][keep]
+    gains, best_top = propensity_gains(ranked, hits, (indptr, indices), inv_propensity)
     # labels renumbered to the true ones that occur (a hit is a true label): no C columns
     present, local = np.unique(indices, return_inverse=True)
     support = Grouping(rows, local, present.shape[0], n).weighted()

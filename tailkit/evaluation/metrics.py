@@ -198,6 +198,30 @@ def ranked_hits(ranked: np.ndarray, true_labels, num_labels: int) -> np.ndarray:
     return (ranked >= 0) & (true_keys[pos] == keys)
 
 
+def propensity_gains(
+    ranked: np.ndarray,
+    hits: np.ndarray,
+    truth: tuple[np.ndarray, np.ndarray],
+    inv_propensity: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(gains, best), both (N, K): q of each ranked label that is a hit (0 otherwise), and q of
+    the best achievable ranking, each row's true labels by decreasing q (PSP@k and PSnDCG@k
+    divide by it). ``truth`` is the CSR pair (indptr, indices)."""
+    indptr, indices = truth
+    n, width = ranked.shape
+    sizes = np.diff(indptr)
+    rows = np.repeat(np.arange(n), sizes)
+    q = np.asarray(inv_propensity, dtype=np.float64)
+    gains = np.where(hits, q[ranked.clip(min=0)], 0.0)
+    order = np.lexsort((-q[indices], rows))
+    best = q[indices][order]
+    rank_in_row = np.arange(len(indices)) - np.repeat(indptr[:-1], sizes)
+    best_top = np.zeros((n, width))
+    keep = rank_in_row < width
+    best_top[rows[order][keep], rank_in_row[keep]] = best[keep]
+    return gains, best_top
+
+
 def ranking_metrics(
     ranked: np.ndarray,
     true_labels,
@@ -218,22 +242,13 @@ def ranking_metrics(
         raise ValueError(f"ranking_metrics: k = {max(ks)} needs {max(ks)} ranked labels per row")
     indptr, indices = _csr_truth(true_labels, n)
     sizes = np.diff(indptr)
-    rows = np.repeat(np.arange(n), sizes)
     hits = ranked_hits(ranked, (indptr, indices), num_labels)
     discount = 1.0 / np.log2(np.arange(2, width + 2))
     ideal = np.cumsum(discount)  # ideal[j] = Σ_{i ≤ j} 1/log2(i + 2)
     true_sets = set(indices.tolist())
     out: dict[str, float] = {}
     if inv_propensity is not None:
-        q = np.asarray(inv_propensity, dtype=np.float64)
-        gains = np.where(hits, q[ranked.clip(min=0)], 0.0)
-        # The best achievable ranking: each row's true labels by decreasing q.
-        order = np.lexsort((-q[indices], rows))
-        best = q[indices][order]
-        rank_in_row = np.arange(len(indices)) - np.repeat(indptr[:-1], sizes)
-        best_top = np.zeros((n, width))
-        keep = rank_in_row < width
-        best_top[rows[order][keep], rank_in_row[keep]] = best[keep]
+        gains, best_top = propensity_gains(ranked, hits, (indptr, indices), inv_propensity)
     for k in ks:
         found = hits[:, :k].sum(axis=1)
         norm = ideal[np.clip(np.minimum(k, sizes) - 1, 0, None)]  # rows without labels: dcg 0
