@@ -81,12 +81,14 @@ METRIC_BLOCKS = ("test", "uncorrected", "ranking", "train")
 ID_COLUMNS = ("name", "experiment", "source", "study", "seed", "method")
 
 
-def _scalars(block: Any, prefix: str) -> dict[str, float | None]:
+def scalars(block: Any, prefix: str = "") -> dict[str, float | None]:
+    """Every number of a metrics block by its dotted key under ``prefix`` (None where the run
+    records no value)."""
     out: dict[str, float | None] = {}
     if isinstance(block, dict):
         for key, value in block.items():
             if isinstance(value, dict):
-                out.update(_scalars(value, f"{prefix}{key}."))
+                out.update(scalars(value, f"{prefix}{key}."))
             elif value is None:  # a metric the run has no value for (a group without labels)
                 out[f"{prefix}{key}"] = None
             elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -103,7 +105,7 @@ def runs_frame(runs: Sequence[Run]) -> pl.DataFrame:
         {
             b: v
             for block in METRIC_BLOCKS
-            for b, v in _scalars(r.metrics.get(block), f"{block}.").items()
+            for b, v in scalars(r.metrics.get(block), f"{block}.").items()
         }
         for r in runs
     ]

@@ -18,10 +18,10 @@ other library versions, or a change to the experiment itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import yaml
 
 from tailkit.errors import TailkitError
 from tailkit.paths import carries_time
+from tailkit.reporting.tables import scalars
 
 #: How far a quality metric may move and still count as a reproduction, relative to REV's
 #: value. The last-bit differences of another CPU kind moved the default's metrics by under
@@ -64,8 +65,14 @@ class Side:
 
     def __init__(self, root: Path, rev: str | None) -> None:
         self.root, self.rev = root, rev
+        self._texts: dict[str, str | None] = {}  # every experiment reads dvc.lock and params
 
     def text(self, path: str) -> str | None:
+        if path not in self._texts:
+            self._texts[path] = self._read(path)
+        return self._texts[path]
+
+    def _read(self, path: str) -> str | None:
         if self.rev is None:
             file = self.root / path
             return file.read_text() if file.is_file() else None
@@ -88,12 +95,14 @@ class Side:
             return None
         return value if isinstance(value, dict) else None
 
+    @functools.cached_property
     def stages(self) -> dict[str, Any]:
         text = self.text("dvc.lock")
         if text is None:
             return {}
         return (yaml.safe_load(text) or {}).get("stages") or {}
 
+    @functools.cached_property
     def params(self) -> dict[str, Any]:
         return yaml.safe_load(self.text("params.yaml") or "") or {}
 
@@ -121,20 +130,12 @@ def output_hashes(stages: dict[str, Any], experiment: str) -> dict[str, str]:
     return out
 
 
-def quality_values(metrics: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
-    """Every number in a metrics file, by its dotted key."""
-    for key, value in metrics.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from quality_values(value, f"{name}.")
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            yield name, float(value)
-
-
 def largest_change(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, float, float, float]:
     """The metric that moved most relative to its old value: (key, old, new, relative change);
     a metric on one side only counts as an infinite change."""
-    before, after = dict(quality_values(old)), dict(quality_values(new))
+    before, after = (
+        {k: v for k, v in scalars(side).items() if v is not None} for side in (old, new)
+    )
     worst = ("", math.nan, math.nan, 0.0)
     for key in sorted(before.keys() | after.keys()):
         a, b = before.get(key, math.nan), after.get(key, math.nan)
@@ -201,7 +202,7 @@ def _arithmetic(side: Side, experiment: str) -> dict[str, Any] | None:
 
 
 def _settings(side: Side, experiment: str) -> Any:
-    params = side.params()
+    params = side.params
     return (params.get("experiments") or {}).get(experiment), params.get("base")
 
 
@@ -211,8 +212,8 @@ def verdict(old: Side, new: Side, experiment: str) -> Verdict:
     if before is None or after is None:
         where = "the workspace" if after is None else old.rev
         return Verdict(experiment, "missing", f"no {path} in {where}")
-    hashes_old = output_hashes(old.stages(), experiment)
-    hashes_new = output_hashes(new.stages(), experiment)
+    hashes_old = output_hashes(old.stages, experiment)
+    hashes_new = output_hashes(new.stages, experiment)
     changed = sorted(
         p for p in hashes_old.keys() | hashes_new.keys() if hashes_old.get(p) != hashes_new.get(p)
     )
@@ -242,7 +243,7 @@ def experiments(old: Side, new: Side) -> list[str]:
     """The experiments of either side's params.yaml."""
     names: list[str] = []
     for side in (new, old):
-        for name in side.params().get("experiments") or {}:
+        for name in side.params.get("experiments") or {}:
             if name not in names:
                 names.append(name)
     return names
