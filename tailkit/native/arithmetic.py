@@ -24,6 +24,7 @@ it, so a native result never passes for a portable one.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -69,6 +70,7 @@ LLVM_FEATURES = ",".join(
 )
 
 
+@functools.cache
 def _numpy_avx512_groups() -> str:
     """numpy's names for its dispatched AVX-512 targets: it refuses (with a warning) a name
     that is not among its own, and version 2.4 renamed them to the x86-64 levels."""
