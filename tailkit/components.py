@@ -23,7 +23,7 @@ import torch
 
 from tailkit.distributed.world import ONE_PROCESS, World
 
-Modality = Literal["dense", "sparse", "image"]
+Modality = Literal["dense", "sparse", "image", "text"]
 MODALITIES: tuple[str, ...] = get_args(Modality)
 
 
@@ -37,7 +37,9 @@ class RawData:
     * ``sparse``: an (N, D) ``scipy.sparse.csr_matrix`` of float32 with sorted, unique column
       indices per row (bag-of-words counts or TF-IDF values, as the source stores them);
     * ``image``: an (N, H, W, 3) uint8 array (channels last, as decoded), or, for datasets too
-      large to hold decoded, an (N,) object array of image file paths under the dataset root.
+      large to hold decoded, an (N,) object array of image file paths under the dataset root;
+    * ``text``: an (N,) object array of str (a featurizer such as ``text-tfidf`` turns it into
+      features).
 
     ``labels`` is either one int64 label id per row in ``[0, len(label_names))``
     (single-label), or an (N, C) ``scipy.sparse.csr_matrix`` 0/1 indicator with sorted

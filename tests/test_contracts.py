@@ -56,10 +56,19 @@ EXAMPLE = _example_registry()
 
 # Options small enough to fetch and load in a unit test. A dataset without an entry still gets
 # the structural checks; geonames is left out on purpose (its own tests cover the real fetch).
-TINY_DATASETS: dict[str, dict[str, Any]] = {
+TINY_DATASETS: dict[str, Any] = {
     "synthetic": {"num_classes": 13, "num_examples": 60, "dim": 4, "branching": 3},
     "digits": {},
+    # options that name a file: written into the test's own folder
+    "table": lambda tmp: {"path": str(_tiny_table(tmp)), "input": "text", "label": "label"},
 }
+
+
+def _tiny_table(folder: Path) -> Path:
+    path = folder / "tiny-table.csv"
+    rows = [f"row {i} words{i % 3},label-{i % 4}" for i in range(24)]
+    path.write_text("text,label\n" + "\n".join(rows) + "\n")
+    return path
 
 
 def params(kind: str) -> list[Any]:
@@ -136,6 +145,8 @@ def test_model(component) -> None:
 @pytest.mark.parametrize("component", params("datasets"))
 def test_dataset(component, tmp_path: Path) -> None:
     tiny = TINY_DATASETS.get(component.name)
+    if callable(tiny):
+        tiny = tiny(tmp_path)
     check_dataset(component, tmp_path if tiny is not None else None, **(tiny or {}))
 
 

@@ -115,6 +115,7 @@ def test_every_builtin_featurizer_declares_what_it_accepts_and_outputs() -> None
         "pixels": (("image",), "image"),
         "sparse-identity": (("sparse",), "sparse"),
         "tfidf": (("sparse",), "sparse"),
+        "text-tfidf": (("text",), "sparse"),
         "geocells": (("dense",), "sparse"),
     }
 

@@ -228,7 +228,10 @@ def test_bad_requests_are_one_line_errors(dense, tmp_path) -> None:
     with pytest.raises(DataValidationError, match=r"holes.csv: row 1: column 'b' is nan"):
         predicting.run(params, layout, REGISTRY, "softmax", input_path=holes)
     (tmp_path / "x.txt").write_text("a,b,c,d\n")
-    with pytest.raises(DataValidationError, match=r"expected a \.parquet or \.csv"):
+    with pytest.raises(
+        DataValidationError,
+        match=r"expected a table file ending in \.parquet, \.csv, \.tsv, \.jsonl",
+    ):
         predicting.run(params, layout, REGISTRY, "softmax", input_path=tmp_path / "x.txt")
     with pytest.raises(DataValidationError, match="no such file"):
         predicting.run(params, layout, REGISTRY, "softmax", input_path=tmp_path / "y.csv")

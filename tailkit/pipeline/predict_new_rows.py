@@ -1,18 +1,20 @@
 """``tailkit predict``: a trained experiment's top-k labels, with its loss's calibrated
 probabilities, for rows outside the pipeline (or for one of its own splits).
 
-New rows come as a Parquet or CSV table of raw inputs. The dataset decodes them
+New rows come as a Parquet, CSV, TSV or JSON-lines table of raw inputs. The dataset decodes them
 (``Dataset.decode_rows``: GeoNames reads latitude and longitude); a dataset without that
 method gets the generic reading: dense inputs from the table's numeric columns, in order, and
 sparse ones from a ``features`` column of ``id:value`` tokens (a row of the Extreme
 Classification Repository's format without its labels). An ``id`` column, when present, is
 carried to the output instead of the row number.
 
-Fitted featurizers are not stored (nothing tailkit writes may run code when read, and a
-featurizer's state is arbitrary Python), so the experiment's featurizer is fitted again on the
-training rows, exactly as ``featurize@<set>`` fitted it, and checked against the cache: it
-must give the cached features of the first test rows bit for bit, else the code or data moved
-since the stage ran and the predictions would not be the evaluated model's.
+A featurizer that hands over its fitted state as data (``text-tfidf``'s terms and idf;
+:mod:`tailkit.storage.featurizer_state`) is restored from ``featurizer.parquet`` beside the
+cache. Any other is fitted again on the training rows, exactly as ``featurize@<set>`` fitted
+it (nothing tailkit writes may run code when read, so no pickled state). Either way it is
+checked against the cache: it must give the cached features of the first test rows bit for
+bit, else the code or data moved since the stage ran and the predictions would not be the
+evaluated model's.
 
 Scores go through the same chunked prediction as evaluation, with the loss's prediction-time
 adjustment (post-hoc logit adjustment, Bamler–Mandt's log p_n(y|x)), so on the test split the
@@ -33,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pa_csv
 import scipy.sparse as sp
 import torch
 
@@ -51,8 +52,11 @@ from tailkit.registry import Registry
 from tailkit.sparse import SparseRows
 from tailkit.storage.atomic import atomic_path
 from tailkit.storage.feature_cache import read_features
+from tailkit.storage.featurizer_state import FILE as STATE_FILE
+from tailkit.storage.featurizer_state import keeps_state, read_state
 from tailkit.storage.parquet import read_table, write_table
 from tailkit.storage.splits import SPLITS, read_labels, read_split
+from tailkit.storage.user_table import read_user_table
 
 #: Test rows the re-fitted featurizer must reproduce from the cache.
 CHECK_ROWS = 64
@@ -60,18 +64,12 @@ FORMATS = ("parquet", "jsonl")
 
 
 def read_rows(path: Path) -> pa.Table:
-    """The input table: Parquet or CSV by the file's suffix."""
+    """The input table: Parquet, CSV, TSV or JSON lines by the file's suffix."""
     if not path.is_file():
         raise DataValidationError(f"{path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
+    if path.suffix.lower() == ".parquet":
         return read_table(path, str(path), "predict")
-    if suffix == ".csv":
-        try:
-            return pa_csv.read_csv(path)
-        except pa.ArrowInvalid as exc:
-            raise DataValidationError(f"{path}: not a readable CSV file ({exc})") from exc
-    raise DataValidationError(f"{path}: expected a .parquet or .csv file of raw inputs")
+    return read_user_table(path).to_arrow()
 
 
 def _numeric_inputs(table: pa.Table, dim: int, source: str) -> np.ndarray:
@@ -169,8 +167,8 @@ def featurize_rows(
     table: pa.Table,
     source: str,
 ) -> Any:
-    """``table``'s rows through the experiment's featurizer, fitted again on the training rows
-    and checked against the cached test features (module docstring)."""
+    """``table``'s rows through the experiment's featurizer, restored or fitted again on the
+    training rows, and checked against the cached test features (module docstring)."""
     features = params.experiment(experiment).features
     spec = params.featurize[features]
     dataset = registry.build("datasets", params.dataset, "dataset")
@@ -178,7 +176,11 @@ def featurize_rows(
     output = featurizer_output(featurizer)
     raw = dataset.load(layout.raw_data(params.dataset["name"]))
     rows = decode_rows(dataset, table, raw.inputs, source)
-    featurizer.fit(raw.inputs[read_split(layout.split, "train")[0]])
+    state = feature_dir(params, layout, experiment) / STATE_FILE
+    if keeps_state(featurizer) and state.is_file():
+        featurizer.restore_state(read_state(state))
+    else:
+        featurizer.fit(raw.inputs[read_split(layout.split, "train")[0]])
 
     def transform(inputs: Any, where: str) -> Any:
         return _as_model_input(as_output(featurizer.transform(inputs), output, spec["name"], where))

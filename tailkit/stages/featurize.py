@@ -5,7 +5,9 @@ its feature cache.
 stage of its own, so changing one set's options re-runs only the experiments that train on it.
 Raw inputs are decoded once; each split becomes ``data/features/<set>/<split>.parquet`` (see
 :mod:`tailkit.storage.feature_cache`), and ``meta.json`` and ``labels.parquet`` (names and counts,
-:mod:`tailkit.storage.splits`) are carried forward so later stages read only ``data/features/<set>``.
+:mod:`tailkit.storage.splits`) are carried forward so later stages read only ``data/features/<set>``,
+with ``featurizer.parquet``, the fitted state of a featurizer that hands it over as data
+(:mod:`tailkit.storage.featurizer_state`).
 
 The featurizer's ``accepts`` (the RawData modalities it takes; ``("dense",)`` when it declares
 none) is checked against the dataset's modality before anything is fitted. Its ``output``
@@ -31,6 +33,8 @@ from tailkit.registry import Registry
 from tailkit.storage.atomic import atomic_dir, write_json
 from tailkit.storage.checksum import params_hash
 from tailkit.storage.feature_cache import KINDS, write_features
+from tailkit.storage.featurizer_state import FILE as STATE_FILE
+from tailkit.storage.featurizer_state import keeps_state, write_state
 from tailkit.storage.splits import LABELS, SPLITS, read_meta, read_split
 
 
@@ -100,6 +104,8 @@ def run(params: Params, layout: Layout, registry: Registry, features: str) -> di
         meta = {**scalars, **info, "kind": output, "dim": int(np.prod(row_shape))}
         if output == "image":
             meta["shape"] = list(row_shape)
+        if keeps_state(featurizer):  # predict restores it rather than fitting it again
+            write_state(tmp / STATE_FILE, featurizer.fitted_state(), name)
         write_json(tmp / "meta.json", meta)
         shutil.copyfile(layout.split / LABELS, tmp / LABELS)  # the per-label table, as it is
     return meta

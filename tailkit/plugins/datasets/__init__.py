@@ -11,6 +11,7 @@ def register_datasets(register):
     from tailkit.plugins.datasets.image_lists import ImageNetLT, INaturalist2018, PlacesLT
     from tailkit.plugins.datasets.synthetic import HierarchicalGaussian
     from tailkit.plugins.datasets.synthetic_xc import SyntheticXC
+    from tailkit.plugins.datasets.table import Table
     from tailkit.plugins.datasets.xc import DATASETS as XC_DATASETS
 
     register("cifar10", Cifar10)
@@ -22,6 +23,7 @@ def register_datasets(register):
     register("inaturalist2018", INaturalist2018)
     register("synthetic", HierarchicalGaussian)
     register("synthetic-xc", SyntheticXC)
+    register("table", Table)  # a user's own Parquet, CSV, TSV or JSON-lines file
     # The Extreme Classification Repository: the generic `xc` and the named datasets.
     for name, factory in XC_DATASETS.items():
         register(name, factory)

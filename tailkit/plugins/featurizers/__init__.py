@@ -5,7 +5,7 @@ A featurizer declares what it takes and gives with two class attributes, which
 before any work:
 
 * ``accepts``: the RawData modalities it can fit and transform, a tuple of ``"dense"``,
-  ``"sparse"`` and ``"image"`` (``("dense",)`` when absent);
+  ``"sparse"``, ``"image"`` and ``"text"`` (``("dense",)`` when absent);
 * ``output``: what ``transform`` returns, ``"dense"`` (an (N, D') float32 array), ``"sparse"``
   (an (N, D') float32 CSR matrix) or ``"image"`` (an (N, H, W, 3) uint8 array).
 
@@ -23,6 +23,7 @@ def register_featurizers(register):
     from tailkit.plugins.featurizers.pixels import Pixels
     from tailkit.plugins.featurizers.rff import RandomFourierFeatures
     from tailkit.plugins.featurizers.sparse_identity import SparseIdentity
+    from tailkit.plugins.featurizers.text_tfidf import TextTfidf
     from tailkit.plugins.featurizers.tfidf import Tfidf
     from tailkit.plugins.featurizers.tfidf_svd import TfidfSVD
 
@@ -32,5 +33,6 @@ def register_featurizers(register):
     register("pixels", Pixels)
     register("rff", RandomFourierFeatures)
     register("sparse-identity", SparseIdentity)
+    register("text-tfidf", TextTfidf)
     register("tfidf", Tfidf)
     register("tfidf-svd", TfidfSVD)

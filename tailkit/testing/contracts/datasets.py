@@ -26,7 +26,7 @@ def check_dataset(
 
     * inputs as ``modality`` says: dense (N, D) float32, finite; sparse (N, D) float32 CSR with
       sorted, unique indices, finite; image (N, H, W, 3) uint8 or an (N,) object array of paths
-      to existing files;
+      to existing files; text an (N,) object array of str;
     * labels: (N,) int64 in [0, C), or an (N, C) CSR 0/1 indicator with sorted indices;
     * ``splits``, when given: names among train/val/test including train, each a sorted,
       unique, in-range int64 array of row ids, no row in two splits.
@@ -108,6 +108,15 @@ def _check_raw_inputs(label: str, raw: RawData) -> int:
             "sparse inputs must have sorted, unique column indices in every row",
         )
         _expect(np.isfinite(inputs.data).all(), label, "inputs hold non-finite values")
+    elif modality == "text":
+        _expect(
+            isinstance(inputs, np.ndarray)
+            and inputs.ndim == 1
+            and inputs.dtype == object
+            and all(isinstance(t, str) for t in inputs),
+            label,
+            f"text inputs must be an (N,) object array of str; got {_kind_of(inputs)}",
+        )
     elif isinstance(inputs, np.ndarray) and inputs.dtype == object:
         _expect(
             inputs.ndim == 1 and all(isinstance(p, str | os.PathLike) and p for p in inputs),

@@ -25,6 +25,12 @@ def _featurizer_inputs(modality: str, workdir: Path) -> list[tuple[str, Any]]:
         counts = rng.poisson(0.3, size=(40, 50)).astype(np.float32)
         counts[np.arange(40), rng.integers(50, size=40)] += 1  # no empty row
         return [("sparse (40, 50) CSR counts", sp.csr_matrix(counts))]
+    if modality == "text":
+        words = np.array(["tail", "head", "label", "rare", "common", "row", "text", "word"])
+        texts = np.empty(40, dtype=object)
+        for i in range(40):  # a few words a row, some repeated, every row different
+            texts[i] = " ".join(words[rng.integers(len(words), size=3 + i % 4)]) + f" r{i:02d}"
+        return [("(40,) text strings", texts)]
     from PIL import Image  # only image featurizers need Pillow
 
     pixels = rng.integers(0, 256, size=(40, 8, 8, 3), dtype=np.uint8)
