@@ -689,6 +689,63 @@ def options(kind: str, name: str) -> None:
             click.echo(f"      {r['doc']}")
 
 
+@cli.command()
+@click.option(
+    "--data",
+    "data",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Your table: .parquet, .csv, .tsv or .jsonl.",
+)
+@click.option("--input", "input_column", required=True, help="Column of text or vectors.")
+@click.option(
+    "--label", "label_column", required=True, help="Column of labels (one or a list a row)."
+)
+@click.option("--split", "split_column", help="Column of train/val/test, if the table has one.")
+@click.option("--label-separator", help="Splits a string label column into lists (CSV).")
+@click.option(
+    "--out",
+    default=Path("params.yaml"),
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Where to write the params.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing file.")
+def init(
+    data: Path,
+    input_column: str,
+    label_column: str,
+    split_column: str | None,
+    label_separator: str | None,
+    out: Path,
+    force: bool,
+) -> None:
+    """Write a commented params.yaml comparing softmax, logit adjustment and sampled softmax
+    on your own table (read and checked now, as the pipeline will read it)."""
+    from tailkit.pipeline.init_params import write_params
+    from tailkit.plugins.datasets.table import Table
+
+    columns = [c.strip() for c in input_column.split(",")]
+    shape = _guard(
+        lambda: write_params(
+            Table(
+                path=str(data),
+                input=columns if len(columns) > 1 else columns[0],
+                label=label_column,
+                split=split_column,
+                label_separator=label_separator,
+            ),
+            out,
+            force,
+        )
+    )
+    kind = "label lists" if shape.multilabel else "one label a row"
+    click.echo(
+        f"init: {out}: {shape.rows:,} rows, {shape.labels:,} labels ({kind}); "
+        "run `tailkit repro` to compare softmax, logit-adjusted and sampled-unigram"
+    )
+
+
 def main() -> None:
     restart_with_settled_environment()  # settings read at load (tailkit/native/restart.py)
     cli()

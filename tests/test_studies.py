@@ -141,6 +141,12 @@ def _small(study: dict, tmp_path: Path, monkeypatch) -> dict:
         p["dataset"].update(num_labels=300, num_features=400, num_train=600, num_test=200)
     elif name == "eurlex-4k":
         p["dataset"].update(path=str(_eurlex_archive(tmp_path)), check_stats=False)
+    elif name == "table":  # a generated text table with label lists: the multi-label path
+        from tailkit.testing.tables import zipf_text_table
+
+        path = tmp_path / "rows.jsonl"
+        zipf_text_table(600, 30, multilabel=True).write_ndjson(path)
+        p["dataset"]["path"] = str(path)
     elif name == "cifar10":
         p["dataset"]["path"] = str(_cifar_archive(tmp_path, monkeypatch))
         p["subsample"]["imbalance_ratio"] = min(p["subsample"].get("imbalance_ratio", 10), 10)
@@ -265,3 +271,47 @@ def test_a_multilabel_study_runs_under_dvc_repro(tmp_path: Path, monkeypatch) ->
     for name in small["experiments"]:
         assert name in summary
     assert "P@1" in summary
+
+
+@pytest.mark.slow
+def test_a_users_table_runs_from_init_to_predict_under_dvc_repro(tmp_path: Path) -> None:
+    """`tailkit init` on a user's CSV of texts, real `dvc repro`, then `tailkit predict` on new
+    rows: predictions name the labels as the file wrote them, the text featurizer is restored
+    from its stored state, and editing the CSV shows in `dvc status` after the fingerprint."""
+    import json
+
+    import yaml
+    from conftest import make_project, run
+
+    from tailkit.testing.tables import zipf_text_table
+
+    data = tmp_path / "rows.csv"
+    zipf_text_table(800, 20, seed=3).write_csv(data)
+    project = make_project(tmp_path / "project", {})
+    run(["python", "-m", "tailkit", "init", "--data", str(data), "--input", "text",
+         "--label", "label", "--force"], project)  # fmt: skip
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert params["dataset"] == {
+        "name": "table", "path": str(data), "input": "text", "label": "label"
+    }  # fmt: skip
+    params["train"] |= {"epochs": 2, "batch_size": 64, "val_rows": 64}
+    params["base"]["device"] = "cpu"
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["dvc", "repro"], project)
+    assert (project / "data/features/words/featurizer.parquet").is_file()
+    summary = (project / "reports/summary.md").read_text()
+    assert "| softmax |" in summary and "| sampled-unigram |" in summary
+
+    new = project / "new.jsonl"
+    new.write_text('{"text": "w7 w8 w9"}\n{"text": "nothing known"}\n')
+    out = run(["python", "-m", "tailkit", "predict", "--experiment", "logit-adjusted",
+               "--input", str(new), "--top-k", "2"], project).stdout  # fmt: skip
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(records) == 2
+    assert all(name.startswith("topic-") for r in records for name in r["names"])
+    assert records[0]["names"][0] == "topic-001"  # w7, w8, w9 are label 1's own words
+
+    data.write_text(data.read_text() + "w1 w2,topic-000\n")  # the user's file changed
+    run(["dvc", "repro", "fingerprint"], project)
+    status = json.loads(run(["dvc", "status", "--json"], project).stdout)
+    assert "download" in status
