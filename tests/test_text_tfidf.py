@@ -95,3 +95,44 @@ def test_refusals_are_one_line():
         TextTfidf().fit(np.zeros((3, 2), np.float32))
     with pytest.raises(ValueError, match="no term is in at least min_df=9"):
         TextTfidf(min_df=9).fit(TRAIN)
+
+
+ODD = [
+    "Tuberculosis of spine; Pott's disease",
+    "  tabs\tand\n\nnewlines   between  ",
+    "Ünïcödé straße — ÉCOLE 3x 42 a",
+    "x",
+    "",
+    "hyphen-ated words_with_underscores and digits 2024",
+    "repeat repeat repeat repeat",
+]
+
+
+@pytest.mark.parametrize(
+    ("analyzer", "ngrams"),
+    [("word", (1, 1)), ("word", (1, 3)), ("word", (2, 3)), ("char_wb", (1, 1)),
+     ("char_wb", (2, 5)), ("char_wb", (3, 3))],
+)  # fmt: skip
+def test_the_analyzers_are_scikit_learns_term_for_term(analyzer, ngrams):
+    """The hand-written analyzers (written so that predict does not import scikit-learn)
+    give scikit-learn's terms, in its order, on odd texts: whitespace runs, unicode, one-letter
+    words, the empty text."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    from tailkit.plugins.featurizers.text_tfidf import char_wb_ngrams, word_ngrams
+
+    reference = CountVectorizer(analyzer=analyzer, ngram_range=ngrams).build_analyzer()
+    ours = word_ngrams if analyzer == "word" else char_wb_ngrams
+    for text in [*ODD, *TRAIN]:
+        assert ours(text.lower(), *ngrams) == reference(text), text
+
+
+def test_counts_match_scikit_learns_vectorizer():
+    from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
+
+    texts = np.array([*ODD, *TRAIN], dtype=object)
+    ours = TextTfidf(word_ngrams=[1, 2], min_df=1).fit(texts)
+    counts = CountVectorizer(ngram_range=(1, 2)).fit(texts)
+    assert ours.terms["word"].tolist() == counts.get_feature_names_out().tolist()
+    reference = TfidfTransformer(sublinear_tf=True).fit_transform(counts.transform(texts))
+    np.testing.assert_allclose(ours.transform(texts).toarray(), reference.toarray(), rtol=1e-6)

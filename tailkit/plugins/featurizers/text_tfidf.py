@@ -1,8 +1,11 @@
 """``text-tfidf``: raw text into sparse TF-IDF rows of word and, optionally, character n-grams.
 
-Tokens come from scikit-learn's ``CountVectorizer`` (its default word pattern of two or more
-word characters; ``char_wb`` n-grams inside word boundaries for ``char_ngrams``), fitted on
-the training rows only. A term is kept when at least ``min_df`` training rows hold it, and
+Terms are those of scikit-learn's ``CountVectorizer``: its default word pattern of two or more
+word characters and their n-grams, and ``char_wb`` n-grams inside word boundaries for
+``char_ngrams``, fitted on the training rows only. The analyzers are written here, term for
+term the same (tests/test_text_tfidf.py checks them against scikit-learn), because
+``tailkit predict`` would otherwise import scikit-learn and scipy.stats, about two seconds, to
+featurize a handful of rows. A term is kept when at least ``min_df`` training rows hold it, and
 ``max_features`` keeps the terms held by the most rows (ties: word terms before character
 terms, then alphabetical order, so the cut is the same on every machine; scikit-learn's own cut
 sorts with an unstable sort). The weights are :mod:`tfidf`'s: tf = 1 + ln(count) when
@@ -16,6 +19,8 @@ fitting again on the training rows.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -73,70 +78,73 @@ class TextTfidf:
         self.terms: dict[str, np.ndarray] = {}  # kind -> kept terms, in column order
         self.idf: np.ndarray | None = None
 
-    def _vectorizer(self, kind: str, vocabulary: Any = None, min_df: int = 1) -> Any:
-        from sklearn.feature_extraction.text import CountVectorizer
-
-        return CountVectorizer(
-            analyzer="word" if kind == "word" else "char_wb",
-            ngram_range=self.ranges[kind],
-            lowercase=self.lowercase,
-            min_df=min_df,
-            vocabulary=vocabulary,
-            dtype=np.float64,
-        )
+    def _terms(self, kind: str, text: str) -> list[str]:
+        lo, hi = self.ranges[kind]
+        if self.lowercase:
+            text = text.lower()
+        if kind == "word":
+            return word_ngrams(text, lo, hi)
+        return char_wb_ngrams(text, lo, hi)
 
     def fit(self, inputs: Any) -> TextTfidf:
         texts = _texts(inputs)
-        blocks, terms = [], []
+        vocabularies, dfs = [], []
         for kind in self.ranges:
-            vectorizer = self._vectorizer(kind, min_df=min(self.min_df, max(len(texts), 1)))
-            try:
-                blocks.append(sp.csr_matrix(vectorizer.fit_transform(texts)))
-            except ValueError:  # scikit-learn's "empty vocabulary" / "no terms remain"
-                blocks.append(sp.csr_matrix((len(texts), 0)))
-                terms.append(np.zeros(0, dtype=object))
-                continue
-            terms.append(vectorizer.get_feature_names_out().astype(object))
-        counts = sp.hstack(blocks, format="csr")
-        df = np.bincount(counts.indices, minlength=counts.shape[1])
-        keep = np.flatnonzero(df >= self.min_df)
+            df: Counter[str] = Counter()
+            for text in texts:
+                df.update(set(self._terms(kind, text)))
+            vocabulary = np.array(sorted(df), dtype=object)  # alphabetical, as scikit-learn
+            vocabularies.append(vocabulary)
+            dfs.append(np.array([df[t] for t in vocabulary], dtype=np.int64))
+        df_all = np.concatenate(dfs)
+        keep = np.flatnonzero(df_all >= self.min_df)
         if self.max_features is not None and keep.size > self.max_features:
-            order = np.argsort(-df[keep], kind="stable")[: self.max_features]
+            order = np.argsort(-df_all[keep], kind="stable")[: self.max_features]
             keep = np.sort(keep[order])
         if keep.size == 0:
             raise ValueError(
                 f"featurizer 'text-tfidf': no term is in at least min_df={self.min_df} of the "
                 f"{len(texts):,} training rows"
             )
-        bounds = np.cumsum([0, *(t.size for t in terms)])
+        bounds = np.cumsum([0, *(v.size for v in vocabularies)])
         self.terms = {
-            kind: terms[i][keep[(keep >= bounds[i]) & (keep < bounds[i + 1])] - bounds[i]]
+            kind: vocabularies[i][keep[(keep >= bounds[i]) & (keep < bounds[i + 1])] - bounds[i]]
             for i, kind in enumerate(self.ranges)
         }
-        self.idf = np.log((1.0 + len(texts)) / (1.0 + df[keep])) + 1.0
+        self.idf = np.log((1.0 + len(texts)) / (1.0 + df_all[keep])) + 1.0
         return self
 
     def transform(self, inputs: Any) -> sp.csr_matrix:
         if self.idf is None:
             raise RuntimeError("TextTfidf.transform called before fit")
         texts = _texts(inputs)
-        blocks = []
-        for kind in self.ranges:
-            vocabulary = {str(t): i for i, t in enumerate(self.terms[kind])}
-            if vocabulary:
-                blocks.append(self._vectorizer(kind, vocabulary).transform(texts))
-        counts = sp.csr_matrix(sp.hstack(blocks, format="csr"), dtype=np.float64)
-        counts.sort_indices()
-        values = counts.data
-        if self.sublinear_tf:
-            values = 1.0 + np.log(values)
-        values = values * self.idf[counts.indices]
-        rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))
-        norms = np.sqrt(np.bincount(rows, weights=values * values, minlength=counts.shape[0]))
-        values = values / norms[rows]
+        columns: dict[str, int] = {}
+        for kind in self.ranges:  # one column space: word terms first, then character terms
+            prefix = "w" if kind == "word" else "c"
+            for t in self.terms[kind]:
+                columns[prefix + str(t)] = len(columns)
+        indptr, indices, values = [0], [], []
+        for text in texts:
+            found: Counter[int] = Counter()
+            for kind in self.ranges:
+                prefix = "w" if kind == "word" else "c"
+                for t in self._terms(kind, text):
+                    j = columns.get(prefix + t)
+                    if j is not None:
+                        found[j] += 1
+            present = sorted(found)
+            indices += present
+            values += [found[j] for j in present]
+            indptr.append(len(indices))
+        counts = np.asarray(values, dtype=np.float64)
+        ids = np.asarray(indices, dtype=np.int64)
+        tf = 1.0 + np.log(counts) if self.sublinear_tf else counts
+        weights = tf * self.idf[ids]
+        rows = np.repeat(np.arange(len(texts)), np.diff(indptr))
+        norms = np.sqrt(np.bincount(rows, weights=weights * weights, minlength=len(texts)))
         return sp.csr_matrix(
-            (values.astype(np.float32), counts.indices.copy(), counts.indptr.copy()),
-            shape=counts.shape,
+            ((weights / norms[rows]).astype(np.float32), ids, np.asarray(indptr, np.int64)),
+            shape=(len(texts), int(self.idf.size)),
         )
 
     # --- the fitted state, as data ----------------------------------------------------------
@@ -164,6 +172,39 @@ class TextTfidf:
             raise ValueError("featurizer 'text-tfidf': stored idf and terms differ in length")
         self.idf = idf
         return self
+
+
+# scikit-learn's default token: two or more word characters.
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+_SPACES = re.compile(r"\s\s+")
+
+
+def word_ngrams(text: str, low: int, high: int) -> list[str]:
+    """scikit-learn's word analyzer (``CountVectorizer(analyzer="word")``) on a preprocessed
+    text: its default tokens, then their n-grams for n in [low, high] joined by a space, the
+    unigrams first."""
+    tokens = _TOKEN.findall(text)
+    if high == 1:
+        return tokens
+    out = list(tokens) if low == 1 else []
+    for n in range(max(low, 2), min(high, len(tokens)) + 1):
+        out += [" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return out
+
+
+def char_wb_ngrams(text: str, low: int, high: int) -> list[str]:
+    """scikit-learn's ``char_wb`` analyzer on a preprocessed text: each whitespace-separated
+    word padded with one space either side, its character n-grams for n in [low, high]; a word
+    shorter than n gives itself once and no longer n-grams."""
+    out = []
+    for word in _SPACES.sub(" ", text).split():
+        padded = f" {word} "
+        for n in range(low, high + 1):
+            last = max(len(padded) - n, 0)
+            out += [padded[i : i + n] for i in range(last + 1)]
+            if last == 0:
+                break
+    return out
 
 
 def _texts(inputs: Any) -> list[str]:
