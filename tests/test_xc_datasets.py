@@ -717,7 +717,7 @@ def test_single_label_conversion_hand_checked() -> None:
     assert new_splits["test"].tolist() == [5, 6]
 
 
-def test_load_single_label(tmp_path: Path) -> None:
+def test_load_single_label(tmp_path: Path, capsys) -> None:
     dataset = XC(path=str(_write_folder(tmp_path / "copy", LEGACY_FILES)), single_label=True)
     dest = tmp_path / "raw"
     dest.mkdir()
@@ -733,6 +733,13 @@ def test_load_single_label(tmp_path: Path) -> None:
     assert raw.splits == {"train": pytest.approx([0, 1, 2, 3, 4]), "test": pytest.approx([5])}
     assert raw.inputs.has_sorted_indices
     assert json.loads((dest / "xc.json").read_text())["splits"]["test"]["rows"] == 2
+    said = capsys.readouterr().err.splitlines()  # nothing dropped without a word
+    keeps = "; single_label: false keeps every row, multi-label"
+    assert said == [
+        "dataset 'XC': single_label: dropped 2 of 7 train rows (2 with no label)" + keeps,
+        "dataset 'XC': single_label: dropped 1 of 2 test rows (1 whose first label no training "
+        "row keeps)" + keeps,
+    ]
 
 
 def test_write_legacy_is_read_back_exactly_by_parse_file(tmp_path: Path) -> None:

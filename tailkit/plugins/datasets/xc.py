@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -251,6 +252,7 @@ class XC:
         rows, y, original, new_splits = to_single_label(labels, splits)
         if rows.size == 0:
             raise DataValidationError(f"{raw_dir}: no row has a label; nothing to classify")
+        _say_dropped(self.name, labels, splits, new_splits)
         inputs = sp.csr_matrix(features[rows])
         inputs.sort_indices()
         return RawData(
@@ -260,6 +262,30 @@ class XC:
             modality="sparse",
             splits=new_splits,
             values=value_kind(inputs.data),
+        )
+
+
+def _say_dropped(
+    name: str,
+    labels: sp.csr_matrix,
+    splits: dict[str, np.ndarray],
+    kept: dict[str, np.ndarray],
+) -> None:
+    """Print, per split, how many rows the single-label conversion dropped and why: nothing
+    leaves the data without a word (a test set can lose most of its rows this way)."""
+    empty = np.diff(labels.indptr) == 0
+    for split, ids in splits.items():
+        dropped = ids.size - kept[split].size
+        if not dropped:
+            continue
+        unlabelled = int(np.count_nonzero(empty[ids]))
+        parts = [f"{unlabelled:,} with no label"] if unlabelled else []
+        if dropped - unlabelled:
+            parts.append(f"{dropped - unlabelled:,} whose first label no training row keeps")
+        print(
+            f"dataset {name!r}: single_label: dropped {dropped:,} of {ids.size:,} {split} rows "
+            f"({'; '.join(parts)}); single_label: false keeps every row, multi-label",
+            file=sys.stderr,
         )
 
 
