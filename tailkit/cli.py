@@ -472,6 +472,13 @@ def plan(
 )
 @click.option("--top", default=10, show_default=True, type=click.IntRange(0), help="Labels listed.")
 @click.option(
+    "--min-support",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Test rows a label needs to be listed as gained or lost (the counts keep every label).",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["md", "csv", "json", "parquet"]),
@@ -490,6 +497,7 @@ def compare(
     params_path: Path,
     metric: str | None,
     top: int,
+    min_support: int,
     fmt: str,
     out: Path | None,
     no_figure: bool,
@@ -504,7 +512,7 @@ def compare(
             raise TailkitError("compare: --format parquet needs --out FILE")
         known = module.workspace_experiments(root, params_path)
         side_a, side_b = [module.load_side(root, module.parse_source(s, known)) for s in (a, b)]
-        result = module.compare(side_a, side_b, metric=metric, top=top)
+        result = module.compare(side_a, side_b, metric=metric, top=top, min_support=min_support)
         figure = None if no_figure else module.draw(result, module.figure_path(root, result))
         return module.render(result, fmt), figure
 

@@ -215,3 +215,17 @@ def test_the_command_prints_one_error_line_and_writes_its_outputs(tmp_path, monk
     assert done.exit_code == 0, done.output
     assert pl.read_parquet(out)["table"].to_list()[-1] == "lost"
     assert (tmp_path / "reports" / "compare" / "a--b.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_labels_with_few_test_rows_are_left_out_of_the_lists_and_counted():
+    a, b, _, support = _pair(1)
+    result = compare(a, b, top=10_000, min_support=3)
+    change = b.frame["recall@1"].to_numpy() - a.frame["recall@1"].to_numpy()
+    listed = set(result.gained["label"].to_list()) | set(result.lost["label"].to_list())
+    assert listed == {int(j) for j in np.flatnonzero((support >= 3) & (change != 0))}
+    unlisted = int(np.count_nonzero((support > 0) & (support < 3) & (change != 0)))
+    assert result.unlisted == unlisted > 0
+    assert f"{unlisted:,} labels that changed have fewer than 3 test rows" in render(result, "md")
+    everything = compare(a, b, top=10_000)  # the default lists every label with a test row
+    assert everything.unlisted == 0
+    assert result.groups.equals(everything.groups)  # the counts keep every label

@@ -13,7 +13,8 @@ The two tables are joined on the label id. Tables measured on different data (th
 per-class metric (recall@1 by default; a multi-label table's default is recall@k), over the
 labels where both tables define it (for recall: those with test rows): its change per octave of the training count and per many/medium/few
 group with the number of labels that improved, worsened or stayed the same, and the labels
-that gained and lost most. Every sort has a tie-break on the label id, so the output is a
+that gained and lost most among those with at least ``min_support`` test rows (a label seen
+once on test moves by ±100 points on one row; how many were left out is said). Every sort has a tie-break on the label id, so the output is a
 function of the two tables alone.
 """
 
@@ -166,6 +167,8 @@ class Comparison:
     gained: pl.DataFrame
     lost: pl.DataFrame
     curves: pl.DataFrame  # per quarter octave, for the figure
+    min_support: int = 1  # test rows a label needs to be listed as gained or lost
+    unlisted: int = 0  # labels with a change but fewer test rows than that
 
     @property
     def data_key(self) -> str:
@@ -196,7 +199,9 @@ def _summary(joined: pl.DataFrame, keys: np.ndarray) -> pl.DataFrame:
     )
 
 
-def compare(a: Side, b: Side, metric: str | None = None, top: int = 10) -> Comparison:
+def compare(
+    a: Side, b: Side, metric: str | None = None, top: int = 10, min_support: int = 1
+) -> Comparison:
     """The comparison of ``metric`` between the two tables (module docstring)."""
     key_a, key_b = (s.metadata.get("tailkit.data_key", "?") for s in (a, b))
     if key_a != key_b or len(a.frame) != len(b.frame):
@@ -243,8 +248,10 @@ def compare(a: Side, b: Side, metric: str | None = None, top: int = 10) -> Compa
     columns = ["label", "name", "train_count", "test_rows", "a", "b", "change"]
     # ties (±100 points on one-row labels are common) go to the label with more test rows
     order = ["change", "test_rows", "label"]
-    gained = joined.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
-    lost = joined.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
+    listable = joined.filter(pl.col("test_rows") >= min_support)
+    unlisted = int(((joined["test_rows"] < min_support) & (joined["change"] != 0)).sum())
+    gained = listable.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
+    lost = listable.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
     quarter = frequency_bin(counts, PLOT_BINS_PER_OCTAVE)
     curves = _summary(joined, quarter).with_columns(
         aggregate(quarter, {}, {"train_count": counts})["train_count"]
@@ -258,6 +265,8 @@ def compare(a: Side, b: Side, metric: str | None = None, top: int = 10) -> Compa
         gained.select(columns).head(top),
         lost.select(columns).head(top),
         curves,
+        min_support,
+        unlisted,
     )
 
 
@@ -313,6 +322,15 @@ def markdown(c: Comparison) -> str:
             f"{_pct(row['b'])} | {_signed(row['change'])} | {row['improved']} | "
             f"{row['worsened']} | {row['same']} |"
         )
+    if c.unlisted:
+        lines += [
+            "",
+            (
+                f"{c.unlisted:,} labels that changed have fewer than {c.min_support} test rows "
+                "and are left out of the lists below (`--min-support`); the tables above count "
+                "them."
+            ),
+        ]
     for title, frame in (("gained most", c.gained), ("lost most", c.lost)):
         lines += [
             "",
@@ -375,6 +393,8 @@ def as_json(c: Comparison) -> str:
         "groups": records(c.groups),
         "gained": records(c.gained),
         "lost": records(c.lost),
+        "min_support": c.min_support,
+        "unlisted": c.unlisted,
     }
     return json.dumps(body, indent=2, allow_nan=False) + "\n"
 
