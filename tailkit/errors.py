@@ -31,6 +31,20 @@ class PluginError(TailkitError):
     """A plugin failed to load, or two plugins registered the same name."""
 
 
+class ComponentFault(PluginError):
+    """A component misbehaved while it ran: a sampler's ids out of range, a model's forward
+    raising. Raised where the fault is seen (the training loop), which does not know the
+    component's plugin; the stage names it (:meth:`named`)."""
+
+    def __init__(self, kind: str, what: str) -> None:
+        super().__init__(what)
+        self.kind, self.what = kind, what
+
+    def named(self, component: str, experiment: str) -> PluginError:
+        """The one line a user sees: the experiment, the component with its distribution."""
+        return PluginError(f"experiments.{experiment}: {self.kind} {component}: {self.what}")
+
+
 class DataValidationError(TailkitError, ValueError):
     """Input data that is malformed, or that a stage cannot use (e.g. a class vanished)."""
 

@@ -24,6 +24,7 @@ import torch
 from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import whole_layer
 from tailkit.distributed.world import World
+from tailkit.errors import ComponentFault
 from tailkit.native.device import resolve_device
 from tailkit.params import Params
 from tailkit.paths import Layout
@@ -157,22 +158,27 @@ def _train(
         }
     )
     checkpoint = Checkpointer(layout.checkpoint(experiment), fingerprint, f"train@{experiment}")
-    result = train(
-        cfg=cfg,
-        encoder=encoder,
-        layer=layer,
-        loss=loss,
-        sampler=sampler,
-        optimizer=optimizer,
-        x_train=x_train,
-        y_train=y_train,
-        x_val=x_val[val_pick],
-        y_val=y_val[val_pick],
-        class_counts=torch.as_tensor(meta["train_counts"], dtype=torch.float64),
-        checkpoint=checkpoint,  # every process writes the rows of its own labels
-        progress=progress if world.rank == 0 else None,
-        world=world,
-    )
+    try:
+        result = train(
+            cfg=cfg,
+            encoder=encoder,
+            layer=layer,
+            loss=loss,
+            sampler=sampler,
+            optimizer=optimizer,
+            x_train=x_train,
+            y_train=y_train,
+            x_val=x_val[val_pick],
+            y_val=y_val[val_pick],
+            class_counts=torch.as_tensor(meta["train_counts"], dtype=torch.float64),
+            checkpoint=checkpoint,  # every process writes the rows of its own labels
+            progress=progress if world.rank == 0 else None,
+            world=world,
+        )
+    except ComponentFault as fault:  # the loop saw it; here the plugin has a name
+        spec = settings["model"] if fault.kind == "model" else params.samplers[settings["sampler"]]
+        kinds = "models" if fault.kind == "model" else "samplers"
+        raise fault.named(registry.provenance(kinds, spec), experiment) from fault
     layer = whole_layer(layer, world)  # every rank's rows, in label order
     timing = {
         "seconds": round(result.seconds, 3),

@@ -37,7 +37,7 @@ from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, Samp
 from tailkit.distributed.ops import gather_rows, scale_gradient, sum_gradient, sum_over_ranks
 from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
-from tailkit.errors import InvalidParameterError, TrainingDivergedError
+from tailkit.errors import ComponentFault, InvalidParameterError, TrainingDivergedError
 from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.labels import LabelSets
 from tailkit.pipeline.finite import first_non_finite
@@ -171,6 +171,8 @@ def sampled_input(
     else:
         given = x if pair_rows is None else x.index_select(0, pair_rows)
     neg, neg_log_q = sampler.sample(given, y, negatives, generator)
+    if neg.device.type == "cpu" or step == 0:  # a check syncs a GPU: its first batch only
+        check_sampled_ids(neg, neg_log_q, layer.total_classes)
     pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
     scored = layer.sampled(z, y, neg)
     pos, negative, embeddings = scored.pos, scored.neg, z
@@ -194,6 +196,32 @@ def sampled_input(
         step=step,
     )
     return batch, scored.rows
+
+
+def check_sampled_ids(neg: torch.Tensor, log_q: torch.Tensor, num_classes: int) -> None:
+    """Refuse a sampler's draw that the output layer cannot score: ids that are not integers
+    in [0, C), or log q of another shape (an out-of-range id would otherwise surface as an
+    IndexError inside index_select, or a device-side assert on a GPU)."""
+    if neg.dtype not in (torch.int64, torch.int32) or neg.shape != log_q.shape:
+        raise ComponentFault(
+            "sampler",
+            f"sample returned ids of {neg.dtype} {tuple(neg.shape)} and log q of "
+            f"{tuple(log_q.shape)}; expected integer ids and log q of the same shape",
+        )
+    if neg.numel():
+        low, high = torch.aminmax(neg)
+        if int(low) < 0 or int(high) >= num_classes:
+            bad = int(low) if int(low) < 0 else int(high)
+            raise ComponentFault(
+                "sampler", f"sample returned label id {bad}, outside [0, {num_classes})"
+            )
+
+
+def _brief(exc: BaseException) -> str:
+    """``TypeError: message`` on one line, at most 200 characters."""
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def train(
@@ -362,12 +390,15 @@ def train(
         examples += len(idx)
         x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
         y = y_train.index_select(0, idx).to(device, non_blocking=True)
-        if replicate:
-            z = sum_gradient(forward(whole), world)
-        elif world.sharded:  # every rank knows the split: no count exchange
-            z = gather_rows(forward(x), world, [len(p) for p in idx.tensor_split(world.size)])
-        else:
-            z = forward(x)
+        try:
+            if replicate:
+                z = sum_gradient(forward(whole), world)
+            elif world.sharded:  # every rank knows the split: no count exchange
+                z = gather_rows(forward(x), world, [len(p) for p in idx.tensor_split(world.size)])
+            else:
+                z = forward(x)
+        except (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+            raise ComponentFault("model", f"forward raised {_brief(exc)}") from exc
 
         batch: FullBatch | SampledBatch | None
         if sampler is None:
