@@ -497,6 +497,10 @@ class Loss(torch.nn.Module):
     #: label-sharded run refuses a full-mode loss without it. The core reads the instance's
     #: value (a loss may say so for some of its settings only).
     shardable: bool = False
+    #: N, the training rows: the core sets it before :meth:`setup` when it trains (None at
+    #: evaluation), for a loss whose tables need it besides the counts (a label's share of
+    #: the rows, n_y / N, in multi-label data, where the counts sum to more than N).
+    train_rows: int | None = None
 
     def setup(self, class_counts: torch.Tensor) -> None:
         """Called by the core once before training and before evaluation, after ``.to(device)``

@@ -42,6 +42,7 @@ def test_plugins_prints_json_of_builtin_plugins():
             "elm",
             "dro-lt",
             "multilabel-ce",
+            "distribution-balanced",
             "nway-mclass",
         ]
     )

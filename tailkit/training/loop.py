@@ -268,6 +268,7 @@ def train(
     ctx = PredictionContext(
         log_prior=log_prior_from_counts(class_counts).to(device), sampler=sampler
     )
+    loss.train_rows = n  # before setup(): a loss's tables may need N (Loss.train_rows)
     loss.setup(class_counts.to(device=device, dtype=torch.float64))
     sample_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     # A loss may learn parameters too (e.g. a log-normaliser); they train with the encoder's.

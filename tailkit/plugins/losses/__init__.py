@@ -7,6 +7,7 @@ from tailkit.hookspecs import hookimpl
 def register_losses(register):
     from tailkit.plugins.losses.class_balanced import ClassBalancedLoss
     from tailkit.plugins.losses.decoupled import Decoupled, SampledDecoupled
+    from tailkit.plugins.losses.distribution_balanced import DistributionBalanced
     from tailkit.plugins.losses.dro_lt import DROLT
     from tailkit.plugins.losses.elm import ELM
     from tailkit.plugins.losses.ldam import LDAM
@@ -31,3 +32,4 @@ def register_losses(register):
     register("dro-lt", DROLT)
     register("multilabel-ce", MultilabelCE)
     register("nway-mclass", NWayMClass)
+    register("distribution-balanced", DistributionBalanced)

@@ -100,7 +100,8 @@ def _loss_inputs(mode: str, dtype: torch.dtype) -> list[tuple[str, Batch, dict[s
 def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> None:
     """A loss gives a finite scalar and finite gradients, masks accidental hits, takes float64,
     and its ``adjust_scores`` keeps the (B, k) shape. ``setup`` is called first with
-    :func:`class_counts`, as the core calls it before training.
+    :func:`class_counts` (``train_rows`` set to their sum), as the core calls it before
+    training.
 
     It is run on each batch type its ``forward`` takes (:func:`tailkit.components.batch_modes`);
     a sampled batch comes with shared ``(m,)`` and per-example ``(B, m)`` negatives, with an
@@ -115,8 +116,10 @@ def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> No
         label,
         "forward(batch) names no batch type; annotate it FullBatch, SampledBatch or both",
     )
-    # As the core does: setup with the training counts once, before any forward.
-    loss.setup(class_counts())
+    # As the core does: N, then setup with the training counts once, before any forward.
+    counts = class_counts()
+    loss.train_rows = int(counts.sum())
+    loss.setup(counts)
     for mode, dtype in [(m, d) for m in modes for d in (torch.float32, torch.float64)]:
         for what, batch, leaves in _loss_inputs(mode, dtype):
             where = f"{label} on {what} ({dtype})"
