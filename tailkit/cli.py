@@ -168,8 +168,14 @@ def subsample(params_path: Path, quiet: bool) -> None:
     from tailkit.stages import subsample as stage
 
     meta = _guard(lambda: stage.run(*_context(params_path, quiet)))
-    sizes = " / ".join(f"{int(meta[f'{s}_counts'].sum()):,} {s}" for s in stage.SPLITS)
-    _say(quiet, f"subsample: {sizes} rows, {meta['num_classes']:,} classes")
+    # rows: a single-label split's counts sum to its rows; a multi-label one's to its pairs
+    rows = {s: int(meta.get(f"{s}_rows", meta[f"{s}_counts"].sum())) for s in stage.SPLITS}
+    sizes = " / ".join(f"{n:,} {s}" for s, n in rows.items())
+    line = f"subsample: {sizes} rows, {meta['num_classes']:,} classes"
+    if meta.get("multilabel"):  # the counts are (row, label) pairs, not rows
+        pairs = int(meta["train_counts"].sum())
+        line += f" ({pairs:,} (row, label) pairs in train)"
+    _say(quiet, line)
 
 
 @cli.command()

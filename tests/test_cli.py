@@ -228,3 +228,21 @@ def test_evaluate_summary_names_the_metrics_the_data_has() -> None:
     )
     multi = {"P@1": 0.5538, "P@3": 0.3763, "P@5": 0.2820, "PSP@5": 0.10705, "few": 0.003}
     assert evaluate_summary("ns", multi) == "evaluate@ns: P@1 0.5538, P@5 0.2820, PSP@5 0.1071"
+
+
+def test_subsample_counts_rows_and_calls_label_pairs_pairs(tmp_path, monkeypatch):
+    """A multi-label split's label counts sum to (row, label) pairs, not rows: the line says
+    rows as rows and pairs as pairs."""
+    params = copy.deepcopy(TINY_PARAMS)
+    params["dataset"] = {"name": "synthetic-xc", "num_labels": 40, "num_features": 60,
+                         "num_train": 300, "num_test": 100}  # fmt: skip
+    params["subsample"] = {"val_fraction": 0.2}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(cli, ["download"]).exit_code == 0
+    result = CliRunner().invoke(cli, ["subsample"])
+    assert result.exit_code == 0, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("subsample: 240 train / 60 val / 100 test rows, 40 classes (")
+    pairs = int(line.split("(")[1].split()[0].replace(",", ""))
+    assert pairs > 240 and line.endswith(f"({pairs:,} (row, label) pairs in train)")
