@@ -103,6 +103,8 @@ def test_settings_table_lists_only_what_differs_and_a_line_of_what_is_shared():
     assert adversarial["sampler.k"] == "4" and adversarial["sampler.name"] == "tree"
     assert dict(zip(header, row(text, "softmax"), strict=True))["sampler.k"] == "–"
     assert settings_tables(runs[:1]) == ""
+    seeded = [runs[0], runs[0], runs[1], runs[1], runs[2]]  # each seed run of an experiment
+    assert settings_tables(seeded) == text  # one row an experiment, as without the seeds
 
 
 def test_plugin_versions_groups_components_by_distribution():

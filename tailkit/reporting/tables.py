@@ -307,8 +307,9 @@ def _show(value: Any) -> str:
 
 
 def settings_tables(runs: Sequence[Run]) -> str:
-    """A table of the settings that differ between ``runs`` (one column each) and a line of
-    those they share; empty for a single run."""
+    """A table of the settings that differ between ``runs`` (one column each; an experiment's
+    seed runs, which share its settings, give one row) and a line of those they share; empty
+    for a single run."""
     if len(runs) < 2:
         return ""
     flat = [r.settings for r in runs]
@@ -321,8 +322,11 @@ def settings_tables(runs: Sequence[Run]) -> str:
     if differ:
         out.append("| experiment | " + " | ".join(differ) + " |")
         out.append("|---|" + "---|" * len(differ))
-        for run, f in zip(runs, flat, strict=True):
-            out.append(f"| {run.name} | " + " | ".join(_show(f.get(k)) for k in differ) + " |")
+        rows = [
+            f"| {run.name} | " + " | ".join(_show(f.get(k)) for k in differ) + " |"
+            for run, f in zip(runs, flat, strict=True)
+        ]
+        out += list(dict.fromkeys(rows))  # an experiment's seeds share its settings: once
         out.append("")
     if shared:
         common = ", ".join(f"{k}={_show(flat[0][k])}" for k in shared)
