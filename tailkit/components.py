@@ -485,8 +485,10 @@ class Loss(torch.nn.Module):
     #: True for a full-mode loss that takes multi-label rows: ``batch.labels`` is then (B, k)
     #: label ids padded with −1 (a row may have none). A sampled loss needs no such flag: the
     #: core hands it a multi-label batch as its (row, positive) pairs, every label of a row
-    #: masked as an accidental hit (:mod:`tailkit.labels`).
-    multilabel: ClassVar[bool] = False
+    #: masked as an accidental hit (:mod:`tailkit.labels`). The core reads the instance's
+    #: value (cb-focal takes label lists in its sigmoid and focal forms only); listings read
+    #: the class's.
+    multilabel: bool = False
     #: s of cosine logits s·cos(Φ(x), w_y) from a row-normalised output layer without bias
     #: (LDAM); None for the usual dot products plus bias. The core reads it (on the instance)
     #: when it builds the output layer, for training and for evaluation alike.

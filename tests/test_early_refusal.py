@@ -29,19 +29,19 @@ def _params(tmp_path, loss: str, **dataset) -> tuple:
 
 
 def test_a_single_label_loss_on_label_sets_is_refused_before_any_stage(tmp_path):
-    params, layout, registry = _params(tmp_path, "cb-focal")
+    params, layout, registry = _params(tmp_path, "ldam")
     with pytest.raises(InvalidParameterError) as info:
         fingerprint.run(params, layout, registry)
     message = str(info.value)
     assert message.startswith(
-        "experiments.tail.loss: loss 'cb-focal' takes one label per row, but dataset "
+        "experiments.tail.loss: loss 'ldam' takes one label per row, but dataset "
         "'eurlex-4k' is multi-label"
     )
     assert "logit-adjusted" in message and not layout.fingerprints.exists()
 
 
-@pytest.mark.parametrize(("loss", "dataset"), [("logit-adjusted", {}), ("cb-focal", {
-    "single_label": True})])  # fmt: skip
+@pytest.mark.parametrize(("loss", "dataset"), [("logit-adjusted", {}), ("cb-focal", {}),
+    ("distribution-balanced", {}), ("ldam", {"single_label": True})])  # fmt: skip
 def test_losses_that_fit_pass(tmp_path, loss, dataset):
     params, layout, registry = _params(tmp_path, loss, **dataset)
     fingerprint.run(params, layout, registry)

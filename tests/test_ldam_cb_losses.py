@@ -487,3 +487,44 @@ def test_contracts() -> None:
     for loss_type in LOSS_TYPES:
         check_loss(ClassBalancedLoss, loss_type=loss_type)
     check_loss(ClassBalancedLoss, loss_type="focal", gamma=0.5, reduction="sum")
+
+
+# ---------------------------------------------------------------- multi-label rows
+
+
+def np_cb_label_sets(logits, label_sets, counts, *, loss_type, beta, gamma, reduction) -> float:
+    """Wu et al.'s class-balanced baseline for label lists (CB_mode 'by_class'): every entry of
+    column c weighted by w_c."""
+    weights = np_cb_weights(counts, beta)
+    total = 0.0
+    for row, positives in zip(logits, label_sets, strict=True):
+        for c, z in enumerate(row):
+            term = np_binary_term(
+                float(z), int(c in positives), gamma if loss_type == "focal" else None
+            )
+            total += weights[c] * term
+    return total if reduction == "sum" else total / len(label_sets)
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "focal"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cb_takes_label_lists_per_label(loss_type, reduction) -> None:
+    case = random_case(7, 6, 9)
+    sets = [[0, 3], [], [8], [1, 2, 5], [4], [3, 8]]
+    width = max(len(s) for s in sets)
+    padded = torch.tensor([s + [-1] * (width - len(s)) for s in sets])
+    loss = set_up(
+        ClassBalancedLoss(loss_type=loss_type, beta=0.999, gamma=1.5, reduction=reduction),
+        case["counts"],
+    )
+    assert loss.multilabel
+    logits = torch.tensor(case["logits"], dtype=torch.float64, requires_grad=True)
+    got = loss(full_batch(labels=padded, logits=logits))
+    want = np_cb_label_sets(case["logits"], sets, case["counts"], loss_type=loss_type,
+                            beta=0.999, gamma=1.5, reduction=reduction)  # fmt: skip
+    assert got.item() == pytest.approx(want, rel=1e-10)
+    assert torch.autograd.gradcheck(lambda z: loss(full_batch(labels=padded, logits=z)), (logits,))
+
+
+def test_cb_softmax_still_takes_one_label_a_row() -> None:
+    assert not ClassBalancedLoss(loss_type="softmax").multilabel

@@ -179,8 +179,8 @@ EXPERIMENTS = {
         "negatives": 3,
         "optimizer": ADAGRAD,
     },
-    "cb": {
-        "loss": {"name": "cb-focal"},
+    "ldam": {
+        "loss": {"name": "ldam"},
         "sampler": "none",
         "features": "tfidf-svd",
         "optimizer": ADAGRAD,
@@ -251,12 +251,13 @@ def test_a_per_class_profile_is_refused_for_multi_label_rows(setting, tmp_path: 
 def test_a_single_label_full_loss_is_refused_naming_the_multi_label_losses(prepared) -> None:
     params, layout = prepared
     with pytest.raises(InvalidParameterError) as info:
-        train.run(params, layout, REGISTRY, "cb")
+        train.run(params, layout, REGISTRY, "ldam")
     message = str(info.value)
-    assert message.startswith("experiments.cb.loss: loss 'cb-focal' takes one label per row")
-    for loss in ("multilabel-ce", "softmax", "logit-adjusted", "balanced-softmax", "decoupled"):
+    assert message.startswith("experiments.ldam.loss: loss 'ldam' takes one label per row")
+    for loss in ("multilabel-ce", "softmax", "logit-adjusted", "balanced-softmax", "decoupled",
+                 "cb-focal", "distribution-balanced"):  # fmt: skip
         assert loss in message
-    assert not layout.model("cb").exists()
+    assert not layout.model("ldam").exists()
 
 
 def _dense_scores(params, layout: Layout, experiment: str) -> np.ndarray:

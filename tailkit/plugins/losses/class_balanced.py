@@ -7,6 +7,7 @@ import math
 from typing import ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.cast_tables import table_like
@@ -71,7 +72,15 @@ class ClassBalancedLoss(Loss):
 
     The sigmoid and focal variants start the output bias at −log(C − 1), so σ(b) = 1/C (the
     reference's last-layer init), and report σ(score) as a label's confidence.
+
+    Multi-label rows (``batch.labels`` (B, k), −1 padded; sigmoid and focal only) take the
+    per-label form Wu et al. (ECCV 2020) give the class-balanced baseline (their
+    ``CB_mode='by_class'``): every entry of column c weighted by w_c,
+    (1/B) Σ_{i,c} w_c M_ic BCE(z_ic, t_ic) with t the row's 0/1 label set. The softmax variant
+    takes one label per row.
     """
+
+    multilabel = True  # the sigmoid and focal variants; __init__ says so per instance
 
     constraints: ClassVar[dict[str, Constraint]] = {
         "beta": Interval(0, 1, closed="left"),
@@ -96,6 +105,7 @@ class ClassBalancedLoss(Loss):
         self.register_buffer("class_weights", None, persistent=False)
         # the sigmoid and focal row sums are not reduced over a label shard (yet)
         self.shardable = loss_type == "softmax"
+        self.multilabel = loss_type != "softmax"
 
     def setup(self, class_counts: torch.Tensor) -> None:
         self.class_weights = class_balanced_weights(class_counts, self.beta)
@@ -123,6 +133,8 @@ class ClassBalancedLoss(Loss):
                 f"saw counts for {self.class_weights.numel()}"
             )
         labels = batch.labels.long()
+        if labels.ndim == 2:
+            return self._label_sets(logits, labels)
         alpha = table_like(self, "class_weights", logits)[labels]
         if self.loss_type == "softmax":
             per_example = batch_cross_entropy(batch)
@@ -137,6 +149,24 @@ class ClassBalancedLoss(Loss):
             per_example = binary_row_losses(logits, labels, gamma, expected_grad=step * alpha)
         total = (alpha * per_example).sum()
         return total if self.reduction == "sum" else total / labels.numel()
+
+    def _label_sets(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The per-label form for rows of several labels (class docstring)."""
+        if self.loss_type == "softmax":
+            raise ValueError("cb-focal with loss_type softmax takes one label per row")
+        targets = torch.zeros(
+            labels.shape[0], logits.shape[1] + 1, dtype=logits.dtype, device=logits.device
+        )
+        # padding (−1) lands in an extra last column, dropped after the scatter
+        targets.scatter_(1, torch.where(labels < 0, logits.shape[1], labels), 1.0)
+        targets = targets[:, :-1]
+        bce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+        if self.loss_type == "focal" and self.gamma:
+            # M = exp(−γ softplus(ζ z)), ζ = 2t − 1: (1 − p_t)^γ without underflow to 0
+            bce = bce * torch.exp(-self.gamma * F.softplus((2.0 * targets - 1.0) * logits))
+        weighted = bce * table_like(self, "class_weights", logits)
+        total = weighted.sum()
+        return total if self.reduction == "sum" else total / labels.shape[0]
 
     def extra_repr(self) -> str:
         out = f"loss_type={self.loss_type!r}, beta={self.beta:g}"
