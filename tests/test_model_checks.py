@@ -20,19 +20,23 @@ from tailkit.pipeline.artifacts import check_made_for
 MODEL = Path("data/models/softmax")
 
 
+CODE = "c0de" * 16  # the hash of the loss, model and sampler code the model was trained by
+
+
 def _info(params, run_name: str) -> dict:
-    return {"experiment": run_name, "settings": json.loads(json.dumps(params.resolved(run_name)))}
+    settings = json.loads(json.dumps(params.resolved(run_name)))
+    return {"experiment": run_name, "settings": settings, "code": CODE}
 
 
 def test_the_model_of_this_experiment_with_these_settings_passes():
     params = parse_params(copy.deepcopy(TINY_PARAMS))
-    check_made_for(MODEL, _info(params, "softmax"), params, "softmax")
+    check_made_for(MODEL, _info(params, "softmax"), params, "softmax", CODE)
 
 
 def test_another_experiments_model_is_refused():
     params = parse_params(copy.deepcopy(TINY_PARAMS))
     with pytest.raises(MismatchedArtifactError) as info:
-        check_made_for(MODEL, _info(params, "sampled"), params, "softmax")
+        check_made_for(MODEL, _info(params, "sampled"), params, "softmax", CODE)
     assert str(info.value) == (
         "data/models/softmax: this model was trained for 'sampled', not 'softmax'; "
         "run `dvc repro train@softmax`"
@@ -54,16 +58,30 @@ def test_a_model_trained_before_params_changed_is_refused(edit, key):
     raw["experiments"]["softmax"].update(edit)
     now = parse_params(raw)
     with pytest.raises(MismatchedArtifactError, match=rf"trained with {key} = .*now has"):
-        check_made_for(MODEL, _info(before, "softmax"), now, "softmax")
+        check_made_for(MODEL, _info(before, "softmax"), now, "softmax", CODE)
 
 
 def test_a_seed_runs_model_names_its_own_stage():
     raw = copy.deepcopy(TINY_PARAMS)
     raw["base"]["extra_seeds"] = [3]
     params, name = parse_params(raw).seed_run("softmax", 3)
-    check_made_for(MODEL, _info(params, name), params, name)
+    check_made_for(MODEL, _info(params, name), params, name, CODE)
     with pytest.raises(MismatchedArtifactError, match=r"dvc repro train-seed@softmax-3"):
-        check_made_for(MODEL, _info(params, "softmax"), params, name)
+        check_made_for(MODEL, _info(params, "softmax"), params, name, CODE)
+
+
+def test_a_model_trained_by_other_code_is_refused():
+    params = parse_params(copy.deepcopy(TINY_PARAMS))
+    info = _info(params, "softmax")
+    with pytest.raises(MismatchedArtifactError) as caught:
+        check_made_for(MODEL, info, params, "softmax", "f" * 64)
+    assert str(caught.value) == (
+        "data/models/softmax: the code of the loss, model or sampler of 'softmax' changed since "
+        "this model was trained; run `dvc repro train@softmax`"
+    )
+    del info["code"]  # a model from before the record
+    with pytest.raises(MismatchedArtifactError, match="changed before tailkit recorded it"):
+        check_made_for(MODEL, info, params, "softmax", CODE)
 
 
 @pytest.mark.slow

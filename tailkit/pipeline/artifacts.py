@@ -72,11 +72,13 @@ def load_learner(directory: Path, producer: str, learner: Learner) -> None:
     learner.load(require(directory / LEARNER_FILES, producer))
 
 
-def check_made_for(directory: Path, info: dict, params: Params, run: str) -> None:
-    """Refuse a model that ``train@<run>`` did not make with today's settings: one swapped in
-    from another experiment's folder, or trained before params.yaml changed what ``run`` is
-    (its loss, model, features, optimiser …), in one line with the command that fixes it.
-    Evaluation would otherwise score the old model under the new name and settings."""
+def check_made_for(directory: Path, info: dict, params: Params, run: str, code: str) -> None:
+    """Refuse a model that ``train@<run>`` did not make with today's settings and code: one
+    swapped in from another experiment's folder, trained before params.yaml changed what
+    ``run`` is (its loss, model, features, optimiser …), or trained by other code of its loss,
+    model or sampler (``code``, :func:`tailkit.pipeline.codehash.experiment_code`'s hash), in
+    one line with the command that fixes it. Evaluation would otherwise score the old model
+    under the new name, settings or code."""
     fix = f"run `dvc repro {params.train_stage(run)}`"
     if info.get("experiment") != run:
         raise MismatchedArtifactError(
@@ -93,6 +95,12 @@ def check_made_for(directory: Path, info: dict, params: Params, run: str) -> Non
             f"{_short(now.get(key))}" + (f" (and {len(changed) - 1} more)" if changed[1:] else "")
             + f"; {fix}"
         )  # fmt: skip
+    if info.get("code") != code:
+        made = "before tailkit recorded it" if info.get("code") is None else "since"
+        raise MismatchedArtifactError(
+            f"{directory}: the code of the loss, model or sampler of {run!r} changed {made} "
+            f"this model was trained; {fix}"
+        )
 
 
 def _short(value: Any) -> str:

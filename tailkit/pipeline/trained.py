@@ -20,6 +20,7 @@ from tailkit.pipeline.artifacts import (
     load_sampler,
     read_model_info,
 )
+from tailkit.pipeline.codehash import experiment_code
 from tailkit.pipeline.experiment import build_model, build_objective, feature_dir
 from tailkit.registry import Registry
 from tailkit.storage.splits import read_meta
@@ -48,7 +49,9 @@ def restore(
     meta = read_meta(feature_dir(params, layout, experiment))  # the earliest input first
     directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
     info = read_model_info(directory, producer)
-    check_made_for(directory, info, params, experiment)
+    check_made_for(
+        directory, info, params, experiment, experiment_code(params, registry, experiment)["sha256"]
+    )
     loss, _ = build_objective(params, experiment, registry)
     state = load_model(directory, producer, device)
     encoder = _restored_encoder(params, registry, experiment, info["in_dim"], state["encoder"])
@@ -132,7 +135,9 @@ def restore_learner(
     meta = read_meta(feature_dir(params, layout, experiment))  # the earliest input first
     directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
     info = read_model_info(directory, producer)
-    check_made_for(directory, info, params, experiment)
+    check_made_for(
+        directory, info, params, experiment, experiment_code(params, registry, experiment)["sha256"]
+    )
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     load_learner(directory, producer, model)
     return model, info, meta

@@ -141,6 +141,7 @@ def _train(
     val_pick = validation_rows(x_val.shape[0], params.base.seed, params.train.val_rows)[
         : schedule.rows
     ]
+    code = experiment_code(params, registry, experiment)["sha256"]
     fingerprint = params_hash(
         {
             "settings": settings,
@@ -151,10 +152,7 @@ def _train(
             "data": meta.get("params_hash"),
             "sampler": params.samplers.get(settings["sampler"]),
             # a checkpoint written by other code is not this run's past (module docstring)
-            "code": [
-                experiment_code(params, registry, experiment)["sha256"],
-                module_fingerprint("tailkit.stages.train")["sha256"],
-            ],
+            "code": [code, module_fingerprint("tailkit.stages.train")["sha256"]],
         }
     )
     checkpoint = Checkpointer(layout.checkpoint(experiment), fingerprint, f"train@{experiment}")
@@ -200,6 +198,9 @@ def _train(
             {
                 "experiment": experiment,
                 "settings": settings,
+                # the code of its loss, model and sampler: evaluate refuses a model whose
+                # code has moved on (pipeline/artifacts.py check_made_for)
+                "code": code,
                 "num_classes": meta["num_classes"],
                 "in_dim": meta["dim"],
                 "steps": result.steps,

@@ -164,6 +164,7 @@ def run(
             {
                 "experiment": experiment,
                 "settings": settings,
+                "code": experiment_code(params, registry, experiment)["sha256"],
                 "num_classes": start.info["num_classes"],
                 "in_dim": start.info["in_dim"],
                 "steps": outcome.steps,

@@ -101,7 +101,9 @@ def run_pipeline(root: Path) -> dict[str, float]:
 
 
 def output_hashes(root: Path) -> dict[str, str]:
-    """SHA-256 of every file the pipeline wrote that holds no time, by path."""
+    """SHA-256 of every file the pipeline wrote that holds no time, by path. A model's
+    ``model.json`` is hashed without its ``code`` (the hash of its loss, model and sampler
+    source), which moves with any edit of that source and says nothing of the arithmetic."""
     from tailkit.paths import carries_time
 
     out = {}
@@ -109,7 +111,11 @@ def output_hashes(root: Path) -> dict[str, str]:
         for path in sorted((root / folder).rglob("*")):
             name = path.relative_to(root).as_posix()
             if path.is_file() and not carries_time(name) and "/checkpoints/" not in f"/{name}":
-                out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+                data = path.read_bytes()
+                if path.name == "model.json":
+                    info = {k: v for k, v in json.loads(data).items() if k != "code"}
+                    data = json.dumps(info, sort_keys=True).encode()
+                out[name] = hashlib.sha256(data).hexdigest()
     return out
 
 
