@@ -136,6 +136,12 @@ def test_plugin_versions_groups_components_by_distribution():
         "Plugins: tailkit 0.1.0: softmax, linear; tailkit-plugin-example 0.2.0: my-loss.\n"
     )
     assert "not recorded" in plugin_versions([Run("softmax", "", params, metrics(0.5))])
+    peer = {"model": "napkinxc-plt (tailkit 0.1.0)", "napkinxc": "napkinxc 0.7.2"}
+    with_tool = [*runs, Run("napkinxc", "", params, metrics(0.5, plugins=peer))]
+    assert plugin_versions(with_tool) == (  # the tool a peer drives is no "unknown" plugin
+        "Plugins: tailkit 0.1.0: softmax, linear, napkinxc-plt; tailkit-plugin-example 0.2.0: "
+        "my-loss; tools: napkinxc 0.7.2.\n"
+    )
 
 
 def exp_entry(rev: str, name: str | None, raw: dict | None, accs: dict[str, float]) -> dict:

@@ -338,17 +338,23 @@ def plugin_versions(runs: Sequence[Run]) -> str:
     """``tailkit 0.1.0: geonames, rff, linear, softmax, …`` — which installed distribution
     supplied the components behind the numbers (recorded by train in each metrics file)."""
     by_distribution: dict[str, list[str]] = {}
+    tools: list[str] = []  # the external tools a peer model drives: "napkinxc 0.7.2"
     for run in runs:
         for key, provenance in (run.metrics.get("plugins") or {}).items():
             if key == "arithmetic":  # not a plugin: the machine's part (arithmetic_summary)
                 continue
-            name, _, origin = provenance.partition(" (")
-            names = by_distribution.setdefault(origin.rstrip(")") or "unknown", [])
+            name, found, origin = provenance.partition(" (")
+            if not found:
+                tools += [] if provenance in tools else [provenance]
+                continue
+            names = by_distribution.setdefault(origin.rstrip(")"), [])
             if name not in names:
                 names.append(name)
     if not by_distribution:
         return "Plugins: not recorded (metrics from before tailkit recorded them).\n"
     parts = [f"{dist}: {', '.join(names)}" for dist, names in sorted(by_distribution.items())]
+    if tools:
+        parts.append(f"tools: {', '.join(sorted(tools))}")
     return "Plugins: " + "; ".join(parts) + ".\n"
 
 
