@@ -13,6 +13,7 @@ from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.fused_binary import binary_row_losses
 from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
+from tailkit.plugins.losses.targets import multi_hot
 from tailkit.validation import Constraint, Interval
 
 NOT_SET_UP = "call setup(class_counts) first: the per-class tables are built there"
@@ -154,12 +155,7 @@ class ClassBalancedLoss(Loss):
         """The per-label form for rows of several labels (class docstring)."""
         if self.loss_type == "softmax":
             raise ValueError("cb-focal with loss_type softmax takes one label per row")
-        targets = torch.zeros(
-            labels.shape[0], logits.shape[1] + 1, dtype=logits.dtype, device=logits.device
-        )
-        # padding (−1) lands in an extra last column, dropped after the scatter
-        targets.scatter_(1, torch.where(labels < 0, logits.shape[1], labels), 1.0)
-        targets = targets[:, :-1]
+        targets = multi_hot(labels, logits.shape[1], logits.dtype)
         bce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
         if self.loss_type == "focal" and self.gamma:
             # M = exp(−γ softplus(ζ z)), ζ = 2t − 1: (1 − p_t)^γ without underflow to 0

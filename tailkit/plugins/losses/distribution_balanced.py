@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
 from tailkit.plugins.losses.class_balanced import NOT_SET_UP, training_counts
+from tailkit.plugins.losses.targets import multi_hot
 from tailkit.validation import Constraint, Interval
 
 
@@ -98,7 +99,7 @@ class DistributionBalanced(Loss):
         logits = batch.logits
         if not batch.whole:
             raise ValueError(f"{type(self).__name__} needs the logits of every label")
-        targets = _multi_hot(batch.labels, logits.shape[1], logits.dtype)
+        targets = multi_hot(batch.labels, logits.shape[1], logits.dtype)
         inverse = self.inverse_counts.to(logits.dtype)
         # w = α + σ(β (r − μ)), r = (1/n_j) / Σ_{positives} 1/n_k (∞ for a row with none)
         per_row = (targets * inverse).sum(dim=1, keepdim=True)
@@ -118,14 +119,3 @@ class DistributionBalanced(Loss):
             f"alpha={self.alpha:g}, beta={self.beta:g}, mu={self.mu:g}, kappa={self.kappa:g}, "
             f"neg_scale={self.neg_scale:g}, gamma={self.gamma:g}, balance={self.balance:g}"
         )
-
-
-def _multi_hot(labels: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
-    """(B, C) 0/1 targets from (B,) ids or (B, k) ids padded with −1."""
-    ids = labels.long()
-    if ids.ndim == 1:
-        ids = ids.unsqueeze(1)
-    out = torch.zeros(ids.shape[0], num_classes + 1, dtype=dtype, device=ids.device)
-    # padding (−1) goes to an extra last column, dropped after the scatter
-    out.scatter_(1, torch.where(ids < 0, num_classes, ids), 1.0)
-    return out[:, :num_classes]
