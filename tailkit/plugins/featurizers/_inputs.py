@@ -82,3 +82,15 @@ def check_counts(values: np.ndarray, rows: np.ndarray, featurizer: str) -> None:
 def csr_rows(matrix: sp.csr_matrix) -> np.ndarray:
     """The row of each stored value of a CSR matrix."""
     return np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+
+
+def frequent_columns(df: np.ndarray, min_df: int, max_features: int | None) -> np.ndarray:
+    """The sorted columns held by at least ``min_df`` training rows (``df`` per column) and,
+    under ``max_features``, only that many of them, the most frequent: the vocabulary cut of
+    TF-IDF. A stable sort on −df keeps the lower column among equal frequencies, so the cut is
+    the same on every machine. May be empty (the caller names its featurizer)."""
+    keep = np.flatnonzero(df >= min_df)
+    if max_features is not None and keep.size > max_features:
+        order = np.argsort(-df[keep], kind="stable")[:max_features]
+        keep = np.sort(keep[order])
+    return keep

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from tailkit.plugins.featurizers._inputs import wrong_kind
+from tailkit.plugins.featurizers._inputs import frequent_columns, wrong_kind
 from tailkit.validation import Interval
 
 #: The two term kinds, in column order.
@@ -97,10 +97,7 @@ class TextTfidf:
             vocabularies.append(vocabulary)
             dfs.append(np.array([df[t] for t in vocabulary], dtype=np.int64))
         df_all = np.concatenate(dfs)
-        keep = np.flatnonzero(df_all >= self.min_df)
-        if self.max_features is not None and keep.size > self.max_features:
-            order = np.argsort(-df_all[keep], kind="stable")[: self.max_features]
-            keep = np.sort(keep[order])
+        keep = frequent_columns(df_all, self.min_df, self.max_features)
         if keep.size == 0:
             raise ValueError(
                 f"featurizer 'text-tfidf': no term is in at least min_df={self.min_df} of the "

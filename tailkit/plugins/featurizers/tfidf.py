@@ -24,7 +24,12 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from tailkit.plugins.featurizers._inputs import check_counts, csr_rows, wrong_kind
+from tailkit.plugins.featurizers._inputs import (
+    check_counts,
+    csr_rows,
+    frequent_columns,
+    wrong_kind,
+)
 from tailkit.validation import Interval
 
 
@@ -64,11 +69,7 @@ class Tfidf:
         counts = _counts(inputs, self.counts)
         self.in_dim = counts.shape[1]
         df = np.bincount(counts.indices, minlength=counts.shape[1])
-        keep = np.flatnonzero(df >= self.min_df)
-        if self.max_features is not None and keep.size > self.max_features:
-            # a stable sort on −df keeps the lower id among equal frequencies
-            order = np.argsort(-df[keep], kind="stable")[: self.max_features]
-            keep = np.sort(keep[order])
+        keep = frequent_columns(df, self.min_df, self.max_features)
         if keep.size == 0:
             raise ValueError(
                 f"featurizer 'tfidf': no column is in at least min_df={self.min_df} training rows"
