@@ -4,6 +4,7 @@ evaluate stage, ``tailkit predict`` and the benchmarks share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,16 +43,24 @@ class Trained:
     meta: dict[str, Any]
 
 
+def _made_for(
+    params: Params, layout: Layout, registry: Registry, experiment: str
+) -> tuple[dict[str, Any], Path, str, dict[str, Any]]:
+    """The feature meta, the model's folder, the stage that makes it and its saved info, once
+    the model is known to be this experiment's, with these settings and this code."""
+    meta = read_meta(feature_dir(params, layout, experiment))  # the earliest input first
+    directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
+    info = read_model_info(directory, producer)
+    code = experiment_code(params, registry, experiment)["sha256"]
+    check_made_for(directory, info, params, experiment, code)
+    return meta, directory, producer, info
+
+
 def restore(
     params: Params, layout: Layout, registry: Registry, experiment: str, device: torch.device
 ) -> Trained:
     """The experiment trained by ``train@<experiment>``, on ``device``."""
-    meta = read_meta(feature_dir(params, layout, experiment))  # the earliest input first
-    directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
-    info = read_model_info(directory, producer)
-    check_made_for(
-        directory, info, params, experiment, experiment_code(params, registry, experiment)["sha256"]
-    )
+    meta, directory, producer, info = _made_for(params, layout, registry, experiment)
     loss, _ = build_objective(params, experiment, registry)
     state = load_model(directory, producer, device)
     encoder = _restored_encoder(params, registry, experiment, info["in_dim"], state["encoder"])
@@ -132,12 +141,7 @@ def restore_learner(
     params: Params, layout: Layout, registry: Registry, experiment: str
 ) -> tuple[Learner, dict[str, Any], dict[str, Any]]:
     """A model that trains itself (napkinXC, omikuji), its saved info and the feature meta."""
-    meta = read_meta(feature_dir(params, layout, experiment))  # the earliest input first
-    directory, producer = params.model_dir(layout, experiment), params.train_stage(experiment)
-    info = read_model_info(directory, producer)
-    check_made_for(
-        directory, info, params, experiment, experiment_code(params, registry, experiment)["sha256"]
-    )
+    meta, directory, producer, info = _made_for(params, layout, registry, experiment)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
     load_learner(directory, producer, model)
     return model, info, meta
