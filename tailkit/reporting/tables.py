@@ -345,7 +345,8 @@ def plugin_versions(runs: Sequence[Run]) -> str:
                 continue
             name, found, origin = provenance.partition(" (")
             if not found:
-                tools += [] if provenance in tools else [provenance]
+                if provenance not in tools:
+                    tools.append(provenance)
                 continue
             names = by_distribution.setdefault(origin.rstrip(")"), [])
             if name not in names:
