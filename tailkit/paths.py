@@ -117,6 +117,11 @@ class Layout:
         """One folder per evaluated experiment."""
         return self.root / "data" / "evaluation"
 
+    def outcomes(self, experiment: str) -> Path:
+        """Each test row's labels, ranking and probabilities as evaluate scored them
+        (:mod:`tailkit.evaluation.outcomes`): what a paired comparison resamples."""
+        return self.evaluations / experiment / "rows.parquet"
+
     def per_class(self, experiment: str) -> Path:
         """One row per label: counts, group and what the evaluation measured (Parquet)."""
         return self.evaluations / experiment / "per_class.parquet"

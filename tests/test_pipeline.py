@@ -8,11 +8,13 @@ import subprocess
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
 from conftest import BIN, TINY_DECOUPLED, TINY_PARAMS, make_project, run
 
+from tailkit.evaluation.outcomes import read_outcomes
 from tailkit.reporting.figures import read_class_bins
 from tailkit.storage import tensorfile
 from tailkit.storage.metrics_file import headline
@@ -58,8 +60,17 @@ def test_repro_writes_metrics_curves_and_report(tiny_project):
         bins = read_class_bins(tiny_project / "plots" / "classes" / f"{name}.tsv")
         balanced = (bins["labels"] * bins["accuracy"]).sum() / bins["labels"].sum()
         assert balanced == pytest.approx(test["balanced_accuracy"], abs=1e-5)
+        # each test row's outcome, from which the paired tests rebuild every metric
+        evaluated = tiny_project / "data" / "evaluation" / name
+        outcomes = read_outcomes(evaluated / "rows.parquet", "")
+        key = pq.read_metadata(evaluated / "per_class.parquet").metadata[b"tailkit.data_key"]
+        assert outcomes.experiment == name and outcomes.data_key == key.decode()
+        assert (outcomes.ranked[:, 0] == outcomes.truth[1]).mean() == pytest.approx(
+            test["accuracy"], abs=1e-12
+        )
     summary = (tiny_project / "reports" / "summary.md").read_text()
     assert "| softmax |" in summary and "| sampled |" in summary and "| crt |" in summary
+    assert "Holm's correction" in summary  # the paired tests ran behind the ≈ marks
     # the frame the summary's table is rendered from, exported: the metrics files' numbers
     export = tiny_project / "runs.json"
     run([str(BIN / "tailkit"), "report", "--no-figures", "--export", str(export)], tiny_project)

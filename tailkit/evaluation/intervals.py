@@ -29,12 +29,13 @@ cover the training seed's variance or another draw of the training data.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from tailkit.evaluation.metrics import propensity_gains, ranked_hits, shot_groups
 from tailkit.evaluation.thresholds import Thresholded
@@ -51,6 +52,13 @@ ECE_BINS = 15
 #: A metric under a block of resamples: the block's :class:`Sums` → (block,) values (NaN where
 #: undefined in a resample).
 Metric = Callable[["Sums"], np.ndarray]
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The loaded BLAS libraries, inspected once: threadpool_limits reads /proc/self/maps and
+    every library's symbols on each call (milliseconds, more than a block's product)."""
+    return ThreadpoolController()
 
 
 class Columns:
@@ -110,7 +118,7 @@ class Sums:
             assert self._columns is not None
             # one BLAS thread: the GEMM's summation order, and so its bits, then do not depend
             # on the machine's thread count
-            with threadpool_limits(limits=1, user_api="blas"):
+            with _blas().limit(limits=1, user_api="blas"):
                 self._column_sums = self._columns.matrix.T @ self.counts_t
         return self._column_sums[index]
 
@@ -366,3 +374,37 @@ def multilabel_metrics(
         named[group] = _mean_of_group(recall, mask[present])
     if confidence is not None:
         named["ece"] = _ece(metrics, hits[:, 0], confidence)
+
+
+def metric_set(
+    ranked: np.ndarray,
+    probabilities: np.ndarray | None,
+    log_likelihood: np.ndarray | None,
+    truth: tuple[np.ndarray, np.ndarray],
+    single: bool,
+    train_counts: np.ndarray,
+    inv_propensity: np.ndarray,
+    groups: GroupThresholds,
+    f1_thresholds: dict[str, Any] | None,
+) -> Metrics:
+    """Every scalar of evaluate's ``test`` and ``ranking`` blocks (``ranking.<name>``) as
+    resampleable metrics, from each test row's ranking (N, k; −1 pads), the probabilities of
+    the ranked labels and the true label's log-likelihood (None where the model gives none),
+    the true labels as a CSR pair and the F1 thresholds evaluate chose (None: no F1)."""
+    ks = tuple(k for k in (1, 3, 5) if k <= ranked.shape[1])
+    confidence = None if probabilities is None else probabilities[:, 0]
+    chosen = Metrics(len(truth[0]) - 1)
+    multilabel_metrics(
+        chosen, ranked, truth, train_counts, inv_propensity, confidence, groups, ks, not single
+    )
+    if single:
+        single_label_metrics(
+            chosen, ranked, truth[1], train_counts, log_likelihood, confidence, groups
+        )
+    if f1_thresholds is not None and probabilities is not None:
+        width = 1 if single else ranked.shape[1]
+        thresholded = Thresholded.of(
+            ranked[:, :width], probabilities[:, :width], truth, len(train_counts)
+        )
+        f1_metrics(chosen, thresholded, truth, f1_thresholds)
+    return chosen

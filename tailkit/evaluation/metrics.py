@@ -146,6 +146,20 @@ def inverse_propensity(
     return 1.0 + c * (counts + b) ** (-a)
 
 
+def split_inverse_propensity(
+    train_counts: np.ndarray, meta: dict[str, Any], single_label: bool
+) -> np.ndarray:
+    """:func:`inverse_propensity` of a split, with the dataset's (A, B) as subsample recorded
+    them in its meta.json (Jain et al.'s defaults where it recorded none); N is the training
+    rows, their label count for one label per row."""
+    counts = np.asarray(train_counts)
+    num_train = int(counts.sum()) if single_label else int(meta["train_rows"])
+    if "propensity" in meta:
+        a, b = meta["propensity"]
+        return inverse_propensity(counts, num_train, a, b)
+    return inverse_propensity(counts, num_train)
+
+
 def topk_labels(scores: np.ndarray, k: int) -> np.ndarray:
     """The k best label ids per row (N, k) of dense ``scores`` (N, L), ranked by (−score, id)."""
     order = np.argsort(-np.asarray(scores), axis=1, kind="stable")

@@ -42,17 +42,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.components import DEFAULT_PROPENSITY, Loss
+from tailkit.components import Loss
 from tailkit.evaluation import intervals
 from tailkit.evaluation.metrics import (
     CDF_POINTS,
     classification_metrics,
     expected_calibration_error,
-    inverse_propensity,
     label_recall,
     ranking_metrics,
     shot_groups,
+    split_inverse_propensity,
 )
+from tailkit.evaluation.outcomes import Outcomes, write_outcomes
 from tailkit.evaluation.per_class import (
     data_key,
     per_class_frame,
@@ -157,12 +158,8 @@ def _truth(labels: np.ndarray | LabelSets) -> tuple[np.ndarray, np.ndarray]:
 def _inverse_propensity(
     labels: np.ndarray | LabelSets, counts: np.ndarray, meta: dict[str, Any]
 ) -> np.ndarray:
-    """q_l of the XC repository's propensity model, from the training counts with the
-    dataset's (A, B); N is the training rows (their label count for one label per row)."""
-    a, b = meta.get("propensity", DEFAULT_PROPENSITY)  # the dataset's, recorded by subsample
-    multi = isinstance(labels, LabelSets)
-    num_train = int(meta["train_rows"]) if multi else int(counts.sum())
-    return inverse_propensity(counts, num_train, a, b)
+    """q_l of the XC repository's propensity model (:func:`split_inverse_propensity`)."""
+    return split_inverse_propensity(counts, meta, not isinstance(labels, LabelSets))
 
 
 def _ranking(
@@ -203,7 +200,7 @@ def _multilabel_metrics(
 
 def test_intervals(
     scored: Scored,
-    labels: np.ndarray | LabelSets | torch.Tensor | None,
+    labels: np.ndarray | LabelSets,
     counts: np.ndarray,
     meta: dict[str, Any],
     groups: GroupThresholds,
@@ -212,27 +209,18 @@ def test_intervals(
     """The 95 % bootstrap interval of every scalar of the ``test`` and ``ranking`` blocks
     (:mod:`tailkit.evaluation.intervals`), as ``{"test": {...}, "ranking": {...}}`` of
     ``[low, high]`` with the method beside them."""
-    assert labels is not None  # read with every column
-    if isinstance(labels, torch.Tensor):
-        labels = labels.numpy()
     truth = _truth(labels)
-    q = _inverse_propensity(labels, counts, meta)
-    ks = tuple(k for k in (1, 3, 5) if k <= scored.ranked.shape[1])
-    single = not isinstance(labels, LabelSets)
-    chosen = intervals.Metrics(len(truth[0]) - 1)
-    intervals.multilabel_metrics(
-        chosen, scored.ranked, truth, counts, q, scored.confidence, groups, ks, not single
+    chosen = intervals.metric_set(
+        scored.ranked,
+        scored.probabilities,
+        scored.log_likelihood,
+        truth,
+        not isinstance(labels, LabelSets),
+        counts,
+        _inverse_propensity(labels, counts, meta),
+        groups,
+        None if f1 is None else f1[1],
     )
-    if not isinstance(labels, LabelSets):
-        intervals.single_label_metrics(
-            chosen, scored.ranked, labels, counts, scored.log_likelihood, scored.confidence, groups
-        )
-    if f1 is not None and scored.probabilities is not None:
-        width = 1 if single else scored.ranked.shape[1]
-        thresholded = Thresholded.of(
-            scored.ranked[:, :width], scored.probabilities[:, :width], truth, len(counts)
-        )
-        intervals.f1_metrics(chosen, thresholded, truth, f1[1])
     found = intervals.Resampler(len(truth[0]) - 1).intervals(chosen)
     out: dict[str, Any] = {"test": {}, "ranking": {}}
     for name, interval in found.items():
@@ -316,8 +304,22 @@ def write_results(
     if f1 is not None:
         metrics["test"].update(f1[0])
         metrics["f1_thresholds"] = f1[1]
-    metrics["intervals"] = test_intervals(adjusted, labels, counts, meta, groups, f1)
-    write_per_class_table(layout, experiment, features, meta, test, adjusted.ranked, groups)
+    assert labels is not None  # read with every column
+    truth_of = labels if isinstance(labels, LabelSets) else labels.numpy()
+    metrics["intervals"] = test_intervals(adjusted, truth_of, counts, meta, groups, f1)
+    key = write_per_class_table(layout, experiment, features, meta, test, adjusted.ranked, groups)
+    assert test.row_ids is not None  # read with every column
+    outcomes = Outcomes(
+        experiment=experiment,
+        data_key=key,
+        rows=test.row_ids.numpy(),
+        truth=_truth(truth_of),
+        single=not isinstance(labels, LabelSets),
+        ranked=adjusted.ranked,
+        log_likelihood=adjusted.log_likelihood,
+        probabilities=adjusted.probabilities,
+    )
+    write_outcomes(layout.outcomes(experiment), outcomes)
     write_metrics(layout.metrics_detail(experiment), metrics)
     write_metrics(layout.metrics(experiment), headline(null_non_finite(metrics)))
     return metrics
@@ -331,8 +333,9 @@ def write_per_class_table(
     test: FeatureTable,
     ranked: np.ndarray,
     groups: GroupThresholds,
-) -> None:
-    """``per_class.parquet`` and its binned plot file (module docstring)."""
+) -> str:
+    """``per_class.parquet`` and its binned plot file (module docstring); returns the data key
+    of the rows it scored (:func:`tailkit.evaluation.per_class.data_key`)."""
     counts = np.asarray(meta["train_counts"])
     y_test, row_ids = test.labels, test.row_ids
     assert y_test is not None and row_ids is not None  # read with every column
@@ -349,3 +352,4 @@ def write_per_class_table(
     write_class_plot(
         layout.class_plot(experiment), frame, f"recall@{k}" if multilabel else "recall@1"
     )
+    return key

@@ -12,6 +12,7 @@ from tailkit.errors import DataValidationError
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
 from tailkit.paths import Layout, require
 from tailkit.reporting import figures
+from tailkit.reporting.paired import Pairing
 from tailkit.reporting.runs import Run
 from tailkit.reporting.tables import (
     arithmetic_summary,
@@ -37,13 +38,37 @@ MULTILABEL_FIGURES = {
 INTERVAL_NOTE = (
     "±: half the width of the 95 % interval of a bootstrap over the test rows (the test "
     "set's sampling; not the training seed's variance), or with several seeds the standard "
-    "deviation over them. Best of each column in bold; ≈: less than a standard deviation over "
-    "the seeds from it."
+    "deviation over them. Best of each column in bold."
 )
+PAIRED_NOTE = (
+    " ≈: not significantly different from the best: a paired bootstrap over the same test "
+    "rows, two-sided, α = 0.05 after Holm's correction over the column's rows (with several "
+    "seeds: less than a standard deviation over the seeds from it)."
+)
+UNPAIRED_NOTE = (
+    " ≈: less than a standard deviation over the seeds from the best; single-seed rows are "
+    "not tested here (the paired tests need each row's outcomes, which the workspace holds "
+    "for its own experiments only: see reports/summary.md)."
+)
+UNPAIRED_ROWS_NOTE = " †: scored on other test rows than the rest, so not paired with them."
 
 
-def legend(multilabel: bool, thresholds: GroupThresholds = DEFAULT_GROUPS) -> str:
-    """The sentence under a comparison table, with the study's group thresholds."""
+def marks_note(pairing: Pairing | None) -> str:
+    """What the table's ± and marks mean, for a table tested with ``pairing`` (None: the
+    single-seed rows are not tested)."""
+    if pairing is None:
+        return INTERVAL_NOTE + UNPAIRED_NOTE
+    text = INTERVAL_NOTE + PAIRED_NOTE
+    return text + UNPAIRED_ROWS_NOTE if pairing.values and pairing.unpaired else text
+
+
+def legend(
+    multilabel: bool,
+    thresholds: GroupThresholds = DEFAULT_GROUPS,
+    pairing: Pairing | None = None,
+) -> str:
+    """The sentence under a comparison table, with the study's group thresholds and what its
+    marks tested (:func:`marks_note`)."""
     r = thresholds.ranges()
     groups = f"{r['many']}, {r['medium']} and {r['few']} training rows"
     if multilabel:
@@ -53,13 +78,13 @@ def legend(multilabel: bool, thresholds: GroupThresholds = DEFAULT_GROUPS) -> st
             "per-label recall of the top 5, averaged over labels; many/medium/few: the same over "
             f"labels carried by {groups}; ECE: of the top-1 label being one of the row's labels; "
             "macro-F1: of the top-5 labels whose probability clears the threshold best on "
-            "validation. " + INTERVAL_NOTE
+            "validation. " + marks_note(pairing)
         )
     return (
         "Test metrics in %; many/medium/few: mean per-class accuracy over classes with "
         f"{groups}; balanced acc.: over all classes; ECE: expected calibration error of the "
         "loss's own probabilities (15 bins; – for a loss without one); macro-F1: of the top "
-        "label when its probability clears the threshold best on validation. " + INTERVAL_NOTE
+        "label when its probability clears the threshold best on validation. " + marks_note(pairing)
     )
 
 
@@ -84,9 +109,10 @@ def group_studies(runs: list[Run]) -> dict[str, list[Run]]:
     return studies
 
 
-def study_markdown(title: str, runs: list[Run]) -> str:
-    text = legend(is_multilabel(runs), thresholds_of(runs))
-    parts = [f"## {title}\n", comparison_table(runs), text + "\n"]
+def study_markdown(title: str, runs: list[Run], pairing: Pairing | None = None) -> str:
+    """A study's section: its table (tested with ``pairing``), legend, settings, plugins."""
+    text = legend(is_multilabel(runs), thresholds_of(runs), pairing)
+    parts = [f"## {title}\n", comparison_table(runs, pairing=pairing), text + "\n"]
     differing = settings_tables(runs)
     if differing:
         parts += ["### Settings\n", differing]

@@ -19,6 +19,7 @@ from typing import Any, cast
 import polars as pl
 
 from tailkit.errors import TailkitError
+from tailkit.reporting.paired import ALPHA, Pairing, adjusted_p_values, metric_name
 from tailkit.reporting.runs import Run
 from tailkit.storage.atomic import atomic_path
 
@@ -161,10 +162,10 @@ def _dotted(col: Column) -> str:
 
 def best_values(
     summary: pl.DataFrame, columns: Sequence[Column]
-) -> dict[str, tuple[float, float | None]]:
-    """The best mean of each column over the summary's rows and its std over the seeds (None:
-    one seed), for the columns somebody reports."""
-    best: dict[str, tuple[float, float | None]] = {}
+) -> dict[str, tuple[float, float | None, str]]:
+    """The best mean of each column over the summary's rows, its std over the seeds (None:
+    one seed) and the row's name, for the columns somebody reports."""
+    best: dict[str, tuple[float, float | None, str]] = {}
     for col in columns:
         name = _dotted(col)
         if name in summary.columns:
@@ -172,7 +173,7 @@ def best_values(
             if len(values):
                 value = cast(float, values.max() if col.higher_is_better else values.min())
                 row = summary.filter(pl.col(name) == value).row(0, named=True)
-                best[col.header] = (value, row.get(f"{name} std"))
+                best[col.header] = (value, row.get(f"{name} std"), row["name"])
     return best
 
 
@@ -183,16 +184,21 @@ def _number(col: Column, value: float) -> str:
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
-#: After a mean whose gap to the column's best is smaller than the spread over the seeds.
+#: After a value not told apart from the column's best: by the paired test (single-seed
+#: rows scored on the same test rows, :mod:`tailkit.reporting.paired`), else a gap smaller
+#: than the spread over the seeds.
 WITHIN_SPREAD = "≈"
+#: After the name of a single-seed row that could not be paired with the others.
+UNPAIRED = "†"
 
 
 def _cell(
     col: Column,
     value: float | None,
     std: float | None,
-    best: dict[str, tuple[float, float | None]],
+    best: dict[str, tuple[float, float | None, str]],
     half: float | None = None,
+    p_value: float | None = None,
 ) -> str:
     if value is None:
         return "–"
@@ -203,9 +209,11 @@ def _cell(
         text += f" ±{_number(col, half)}"
     if col.header not in best:
         return text
-    top, top_std = best[col.header]
+    top, top_std, _ = best[col.header]
     if value == top:
         return f"**{text}**"
+    if p_value is not None:  # paired with the best: Holm-adjusted p of the difference
+        return f"{text} {WITHIN_SPREAD}" if p_value >= ALPHA else text
     # A gap smaller than either run's standard deviation over its seeds: not told apart.
     spread = max(s for s in (std, top_std, 0.0) if s is not None)
     return f"{text} {WITHIN_SPREAD}" if abs(value - top) < spread else text
@@ -227,11 +235,36 @@ def interval_halves(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
     return out
 
 
-def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = None) -> str:
+def column_p_values(
+    summary: pl.DataFrame,
+    columns: Sequence[Column],
+    best: dict[str, tuple[float, float | None, str]],
+    pairing: Pairing,
+) -> dict[str, dict[str, float]]:
+    """Per column header, each paired row's Holm-adjusted p-value against the best row."""
+    others = [name for name in summary["name"].to_list() if name in pairing.values]
+    out: dict[str, dict[str, float]] = {}
+    for col in columns:
+        metric = metric_name(col.path)
+        if metric is None or col.header not in best:
+            continue
+        top = best[col.header][2]
+        rows = [name for name in others if name != top]
+        out[col.header] = adjusted_p_values(pairing.values, metric, top, rows)
+    return out
+
+
+def comparison_table(
+    runs: Sequence[Run],
+    columns: Sequence[Column] | None = None,
+    pairing: Pairing | None = None,
+) -> str:
     """One row per experiment and source (mean ± std where it ran with several seeds; with one,
     ±half the width of the 95 % bootstrap interval where evaluate recorded one), the best
-    value of each column in bold and, with several seeds, the means less than a standard
-    deviation from it marked :data:`WITHIN_SPREAD`."""
+    value of each column in bold, and :data:`WITHIN_SPREAD` after the values not told apart
+    from it: by the paired test of ``pairing`` (:func:`tailkit.reporting.paired.study_pairing`)
+    where both rows have one, else by the spread over the seeds. :data:`UNPAIRED` marks the
+    single-seed rows ``pairing`` could not pair."""
     columns = columns_for(runs) if columns is None else columns
     summary = seed_summary(runs_frame(runs), [_dotted(c) for c in columns])
     best = best_values(summary, columns)
@@ -239,14 +272,25 @@ def comparison_table(runs: Sequence[Run], columns: Sequence[Column] | None = Non
     head = ["experiment", "method", *(["seeds"] if several else []), *(c.header for c in columns)]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     halves = interval_halves(runs)
+    tested = column_p_values(summary, columns, best, pairing) if pairing else {}
+    unpaired = pairing.unpaired if pairing and pairing.values else set()
     for row in summary.iter_rows(named=True):
-        half = halves.get(row["name"], {}) if row["seeds"] == 1 else {}
+        name = row["name"]
+        half = halves.get(name, {}) if row["seeds"] == 1 else {}
         cells = [
-            _cell(c, row.get(_dotted(c)), row.get(f"{_dotted(c)} std"), best, half.get(_dotted(c)))
+            _cell(
+                c,
+                row.get(_dotted(c)),
+                row.get(f"{_dotted(c)} std"),
+                best,
+                half.get(_dotted(c)),
+                tested.get(c.header, {}).get(name),
+            )
             for c in columns
         ]
         seeds = [str(row["seeds"])] if several else []
-        lines.append(f"| {row['name']} | {row['method']} | " + " | ".join(seeds + cells) + " |")
+        shown = f"{name} {UNPAIRED}" if name in unpaired else name
+        lines.append(f"| {shown} | {row['method']} | " + " | ".join(seeds + cells) + " |")
     return "\n".join(lines) + "\n"
 
 

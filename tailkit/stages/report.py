@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.reporting.paired import metric_name, study_pairing
 from tailkit.reporting.runs import (
     describe_data,
     dvc_exp_show,
@@ -40,7 +41,7 @@ from tailkit.reporting.summary import (
     write_figures,
     write_plot_data,
 )
-from tailkit.reporting.tables import export_runs
+from tailkit.reporting.tables import columns_for, export_runs
 from tailkit.storage.atomic import atomic_path
 from tailkit.storage.splits import read_meta
 
@@ -72,6 +73,8 @@ def run(
     header = f"# tailkit summary: {meta['dataset']['name']}\n\n{size}"
     if not include_exps:
         runs = workspace_runs(params, layout)
+        names = (metric_name(c.path) for c in columns_for(runs))
+        pairing = study_pairing(runs, [n for n in names if n], layout, meta)
         data = write_plot_data(runs, layout)
         multilabel = bool(meta.get("multilabel"))
         if draw:
@@ -83,7 +86,7 @@ def run(
         text = "\n".join(
             [
                 header,
-                study_markdown(describe_data(params), runs),
+                study_markdown(describe_data(params), runs, pairing),
                 "## Figures\n",
                 figure_links,
                 DVC_PLOTS_NOTE,

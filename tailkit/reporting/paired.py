@@ -1,0 +1,170 @@
+"""Paired tests behind the comparison table's marks: is a row's value told apart from the best?
+
+Every experiment of a study scores the same test rows, so two experiments are compared on
+the same resamples of those rows (a paired bootstrap, Dror et al. 2018 §3): each
+experiment's row outcomes (:mod:`tailkit.evaluation.outcomes`) give every metric in each of
+the :data:`~tailkit.evaluation.intervals.RESAMPLES` resamples that evaluate's intervals use
+(the same counter-based draws, so the same resamples for every experiment of the same size),
+and the difference of a row to the column's best in each resample is the bootstrap
+distribution of the difference. Its two-sided p-value is twice the smaller share of resamples
+on either side of zero — the duality with the percentile interval of the difference: p < α
+exactly when that 1 − α interval excludes zero. The ``+1`` of :func:`bootstrap_p` keeps a
+p-value from being 0 when no resample crosses zero.
+
+A column tests its best against each other row, several tests at once, so the p-values are
+adjusted by Holm's step-down method (Holm 1979; it controls the family-wise error rate at α
+under any dependence between the tests, which rows scored on the same test rows have) and a
+row is marked :data:`~tailkit.reporting.tables.WITHIN_SPREAD` when its adjusted p-value is at
+least :data:`ALPHA`: not significantly different from the best.
+
+What this covers: the sampling of the test set, given the trained models. Two runs that
+differ only in their training seed may still differ beyond it; several seeds
+(``base.extra_seeds``) measure that.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailkit.evaluation.intervals import Resampler, metric_set
+from tailkit.evaluation.metrics import split_inverse_propensity
+from tailkit.evaluation.outcomes import Outcomes, read_outcomes
+from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
+from tailkit.paths import Layout
+from tailkit.reporting.runs import WORKSPACE, Run
+
+ALPHA = 0.05
+
+
+def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's adjusted p-values, in the order given: the i-th smallest (from 0) of m times
+    (m − i), made non-decreasing in that order and capped at 1."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = p.shape[0]
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out = np.empty(m)
+    out[order] = scaled
+    return out
+
+
+def bootstrap_p(differences: np.ndarray) -> float:
+    """Two-sided p-value of "no difference" from a paired bootstrap's resampled differences
+    (NaN entries, resamples in which a metric is undefined, left out): twice the smaller of
+    (#{d ≤ 0} + 1) / (B + 1) and (#{d ≥ 0} + 1) / (B + 1), at most 1; NaN without any."""
+    d = differences[~np.isnan(differences)]
+    if not d.size:
+        return float("nan")
+    below, above = int((d <= 0).sum()), int((d >= 0).sum())
+    return float(min(1.0, 2 * (min(below, above) + 1) / (d.size + 1)))
+
+
+def metric_name(path: Sequence[str]) -> str | None:
+    """The name :func:`~tailkit.evaluation.intervals.metric_set` gives the metric at ``path``
+    in the metrics file (None: not a metric of the test rows, such as train seconds)."""
+    if len(path) != 2 or path[0] not in ("test", "ranking"):
+        return None
+    return path[1] if path[0] == "test" else ".".join(path)
+
+
+def resampled_values(
+    outcomes: Outcomes,
+    names: Iterable[str],
+    train_counts: np.ndarray,
+    meta: dict[str, Any],
+    detail: dict[str, Any],
+) -> dict[str, np.ndarray]:
+    """Each of ``names`` in every bootstrap resample of ``outcomes``' rows (names the
+    experiment does not have are left out), with the group thresholds and F1 thresholds
+    evaluate used (from its detail metrics ``detail``)."""
+    recorded = detail.get("groups")
+    groups = GroupThresholds(**recorded) if recorded else DEFAULT_GROUPS
+    metrics = metric_set(
+        outcomes.ranked,
+        outcomes.probabilities,
+        outcomes.log_likelihood,
+        outcomes.truth,
+        outcomes.single,
+        train_counts,
+        split_inverse_propensity(train_counts, meta, outcomes.single),
+        groups,
+        detail.get("f1_thresholds"),
+    )
+    wanted = set(names)
+    metrics.named = {k: v for k, v in metrics.named.items() if k in wanted}
+    return Resampler(outcomes.num_rows).values(metrics)
+
+
+def adjusted_p_values(
+    values: dict[str, dict[str, np.ndarray]], name: str, best: str, others: Sequence[str]
+) -> dict[str, float]:
+    """Holm-adjusted p-values of each of ``others`` against ``best`` on metric ``name``,
+    from each row's resampled values (``values[row][name]``); rows without them are left
+    out, and so is a row whose p-value is undefined."""
+    reference = values.get(best, {}).get(name)
+    if reference is None:
+        return {}
+    tested, raw = [], []
+    for row in others:
+        mine = values.get(row, {}).get(name)
+        if mine is None:
+            continue
+        p = bootstrap_p(mine - reference)
+        if not np.isnan(p):
+            tested.append(row)
+            raw.append(p)
+    if not tested:
+        return {}
+    return dict(zip(tested, (float(p) for p in holm(raw)), strict=True))
+
+
+def read_paired(path: Path, stage: str) -> Outcomes | None:
+    """The outcomes at ``path``, None where evaluate has not written them (metrics from before
+    tailkit kept them): such a row is shown unpaired."""
+    return read_outcomes(path, stage) if path.exists() else None
+
+
+@dataclass
+class Pairing:
+    """What a study's table tests with: each paired row's resampled values by metric name,
+    and the single-seed rows that could not be paired (scored on other test rows, or no
+    outcomes in the workspace)."""
+
+    values: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    unpaired: set[str] = field(default_factory=set)
+
+
+def study_pairing(
+    runs: Sequence[Run], names: Iterable[str], layout: Layout, meta: dict[str, Any]
+) -> Pairing:
+    """The resampled ``names`` of every single-seed run of the workspace that has outcomes on
+    the test rows most of them share; the other single-seed runs as unpaired."""
+    by_name: dict[str, list[Run]] = {}
+    for run in runs:
+        by_name.setdefault(run.name, []).append(run)
+    single = {name: found[0] for name, found in by_name.items() if len(found) == 1}
+    read: dict[str, Outcomes] = {}
+    for name, run in single.items():
+        if run.source in ("", WORKSPACE):
+            stage = f"evaluate@{run.experiment}"
+            found = read_paired(layout.outcomes(run.experiment), stage)
+            if found is not None:
+                read[name] = found
+    keys = Counter(o.data_key for o in read.values())
+    pairing = Pairing()
+    shared = keys.most_common(1)[0][0] if keys else None
+    counts = np.asarray(meta["train_counts"])
+    wanted = list(names)
+    for name, run in single.items():
+        outcomes = read.get(name)
+        if outcomes is None or outcomes.data_key != shared:
+            pairing.unpaired.add(name)
+            continue
+        pairing.values[name] = resampled_values(outcomes, wanted, counts, meta, run.metrics)
+    return pairing
