@@ -517,8 +517,17 @@ def compare(
         if fmt == "parquet" and out is None:
             raise TailkitError("compare: --format parquet needs --out FILE")
         known = module.workspace_experiments(root, params_path)
-        side_a, side_b = [module.load_side(root, module.parse_source(s, known)) for s in (a, b)]
-        result = module.compare(side_a, side_b, metric=metric, top=top, min_support=min_support)
+        sources = [module.parse_source(s, known) for s in (a, b)]
+        side_a, side_b = [module.load_side(root, source) for source in sources]
+        first, second = [module.load_outcomes(root, source) for source in sources]
+        result = module.compare(
+            side_a,
+            side_b,
+            metric=metric,
+            top=top,
+            min_support=min_support,
+            outcomes=(first, second),
+        )
         figure = None if no_figure else module.draw(result, module.figure_path(root, result))
         return module.render(result, fmt), figure
 

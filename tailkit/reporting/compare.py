@@ -14,8 +14,15 @@ per-class metric (recall@1 by default; a multi-label table's default is recall@k
 labels where both tables define it (for recall: those with test rows): its change per octave of the training count and per many/medium/few
 group with the number of labels that improved, worsened or stayed the same, and the labels
 that gained and lost most among those with at least ``min_support`` test rows (a label seen
-once on test moves by ±100 points on one row; how many were left out is said). Every sort has a tie-break on the label id, so the output is a
-function of the two tables alone.
+once on test moves by ±100 points on one row; how many were left out is said). Every sort has
+a tie-break on the label id, so the output is a function of the two tables (and row outcomes)
+alone.
+
+Where both sides' row outcomes (``data/evaluation/<experiment>/rows.parquet``) are readable and
+the metric is a recall, every change carries its test (:mod:`tailkit.reporting.compare_tests`):
+each bin and group a 95 % paired-bootstrap interval and a Benjamini–Hochberg q-value, each
+testable label McNemar's exact p and q; the labels with q < 0.05 are listed apart from the
+largest changes. Otherwise the output says why its changes are untested.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from tailkit.errors import DataValidationError, TailkitError
+from tailkit.evaluation.outcomes import Outcomes, read_outcomes
 from tailkit.evaluation.per_class import (
     PLOT_BINS_PER_OCTAVE,
     aggregate,
@@ -38,6 +47,14 @@ from tailkit.evaluation.per_class import (
 )
 from tailkit.groups import DEFAULT_GROUPS, GROUPS, GroupThresholds
 from tailkit.paths import Layout
+from tailkit.reporting.compare_tests import (
+    MIN_DISCORDANT,
+    Q_LEVEL,
+    key_tests,
+    label_tests,
+    pair_hits,
+    recall_depth,
+)
 from tailkit.storage.label_table import read_label_table, read_table_metadata
 
 FORMATS = ("md", "csv", "json", "parquet")
@@ -157,6 +174,21 @@ def load_side(root: Path, source: Source) -> Side:
     return Side(source, frame, read_table_metadata(data, name, source.producer))
 
 
+def load_outcomes(root: Path, source: Source) -> Outcomes | str:
+    """The side's row outcomes (:mod:`tailkit.evaluation.outcomes`), or why there are none."""
+    path = Layout(root).outcomes(source.experiment)
+    relative = path.relative_to(root).as_posix()
+    if source.rev is None:
+        if not path.exists():
+            return f"{source.spec} has no {relative} (evaluated before tailkit kept row outcomes)"
+        return read_outcomes(path, source.producer)
+    try:
+        data = _read_at_rev(root, source, relative)
+    except DataValidationError as exc:
+        return str(exc).removeprefix("compare: ")
+    return read_outcomes(pa.BufferReader(data), source.producer, f"{relative}@{source.rev}")
+
+
 @dataclass(frozen=True)
 class Comparison:
     a: Side
@@ -169,6 +201,11 @@ class Comparison:
     curves: pl.DataFrame  # per quarter octave, for the figure
     min_support: int = 1  # test rows a label needs to be listed as gained or lost
     unlisted: int = 0  # labels with a change but fewer test rows than that
+    # the labels whose change is beyond chance (compare_tests; empty when untested)
+    significant_gains: pl.DataFrame | None = None
+    significant_losses: pl.DataFrame | None = None
+    testable: int = 0  # labels with enough discordant rows for McNemar's test
+    untested: str = ""  # why the changes carry no test ("" when they do)
 
     @property
     def data_key(self) -> str:
@@ -200,9 +237,16 @@ def _summary(joined: pl.DataFrame, keys: np.ndarray) -> pl.DataFrame:
 
 
 def compare(
-    a: Side, b: Side, metric: str | None = None, top: int = 10, min_support: int = 1
+    a: Side,
+    b: Side,
+    metric: str | None = None,
+    top: int = 10,
+    min_support: int = 1,
+    outcomes: tuple[Outcomes | str, Outcomes | str] | None = None,
 ) -> Comparison:
-    """The comparison of ``metric`` between the two tables (module docstring)."""
+    """The comparison of ``metric`` between the two tables (module docstring), with the paired
+    tests of :mod:`tailkit.reporting.compare_tests` from both sides' ``outcomes`` (a string:
+    why a side has none)."""
     key_a, key_b = (s.metadata.get("tailkit.data_key", "?") for s in (a, b))
     if key_a != key_b or len(a.frame) != len(b.frame):
         raise DataValidationError(
@@ -252,6 +296,36 @@ def compare(
     unlisted = int(((joined["test_rows"] < min_support) & (joined["change"] != 0)).sum())
     gained = listable.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
     lost = listable.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
+    tested = _tests(a, joined, bins, outcomes, metric)
+    significant: tuple[pl.DataFrame | None, pl.DataFrame | None] = (None, None)
+    testable, untested = 0, tested if isinstance(tested, str) else ""
+    if not isinstance(tested, str):
+        by_key, by_label = tested
+        bins = (
+            bins.with_columns(pl.col("bin").cast(pl.String).alias("key"))
+            .join(by_key, on="key", how="left", maintain_order="left")
+            .drop("key")
+        )
+        groups = groups.join(
+            by_key.rename({"key": "group"}), on="group", how="left", maintain_order="left"
+        )
+        joined = joined.join(by_label, on="label", how="left", maintain_order="left")
+        columns += ["a_only", "b_only", "p", "q"]
+        testable = int(joined["p"].is_not_null().sum())
+        beyond = joined.filter(pl.col("q") < Q_LEVEL)
+        significant = (
+            beyond.filter(pl.col("change") > 0)
+            .sort(["q", "change", "label"], descending=[False, True, False])
+            .select(columns)
+            .head(top),
+            beyond.filter(pl.col("change") < 0)
+            .sort(["q", "change", "label"])
+            .select(columns)
+            .head(top),
+        )
+        listable = joined.filter(pl.col("test_rows") >= min_support)
+        gained = listable.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
+        lost = listable.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
     quarter = frequency_bin(counts, PLOT_BINS_PER_OCTAVE)
     curves = _summary(joined, quarter).with_columns(
         aggregate(quarter, {}, {"train_count": counts})["train_count"]
@@ -267,7 +341,50 @@ def compare(
         curves,
         min_support,
         unlisted,
+        *significant,
+        testable,
+        untested,
     )
+
+
+def _tests(
+    a: Side,
+    joined: pl.DataFrame,
+    bins: pl.DataFrame,
+    outcomes: tuple[Outcomes | str, Outcomes | str] | None,
+    metric: str,
+) -> tuple[pl.DataFrame, pl.DataFrame] | str:
+    """The per-bin-and-group and per-label tests (:mod:`compare_tests`), or why there are
+    none."""
+    if outcomes is None:
+        return "no row outcomes were read"
+    for side in outcomes:
+        if isinstance(side, str):
+            return side
+    first, second = outcomes
+    assert not isinstance(first, str) and not isinstance(second, str)
+    key = a.metadata.get("tailkit.data_key")
+    if not (first.data_key == second.data_key == key):
+        return "the row outcomes are not of the rows the per-class tables scored"
+    depth = recall_depth(metric, first.ranked.shape[1])
+    if depth is None:
+        return f"the paired tests are of recall@j (j up to {first.ranked.shape[1]}), not {metric}"
+    pairs = pair_hits(first, second, depth)
+    ids = a.frame["label"].to_numpy()
+    # positional masks over the per-class rows, scattered to label ids
+    kept = a.frame["label"].is_in(joined["label"].implode()).to_numpy()
+    bin_of = frequency_bin(a.frame["train_count"].to_numpy(), 1)
+    codes = a.frame["group"].to_physical().to_numpy()
+    chosen = {str(value): kept & (bin_of == value) for value in bins["bin"].to_list()}
+    chosen.update({group: kept & (codes == code) for code, group in enumerate(GROUPS)})
+    chosen["all"] = kept
+    size = int(max(ids.max(initial=-1), pairs.labels.max(initial=-1))) + 1
+    keys = {}
+    for name, rows in chosen.items():
+        mask = np.zeros(size, dtype=bool)
+        mask[ids[rows]] = True
+        keys[name] = mask
+    return key_tests(pairs, keys), label_tests(pairs)
 
 
 # ---------------------------------------------------------------- rendering
@@ -287,8 +404,52 @@ def _count_range(low: int, high: int) -> str:
     return str(low) if high - low == 1 else f"{low}–{high - 1}"
 
 
+def _q(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2g}" if value < 0.01 else f"{value:.2f}"
+
+
+def _tested(row: dict, tested: bool) -> str:
+    """The interval of the change and its q-value, as extra cells (nothing when untested)."""
+    if not tested:
+        return ""
+    low, high = row.get("change_low"), row.get("change_high")
+    interval = "–" if low is None or high is None else f"[{_signed(low)}, {_signed(high)}]"
+    return f" | {interval} | {_q(row.get('q'))}"
+
+
+def _tests_note(c: Comparison) -> str:
+    if c.untested:
+        return f"No test of these changes: {c.untested}."
+    return (
+        "95 % interval: of the change, by a paired bootstrap over the test rows (both runs on "
+        "the same resamples); q: its Benjamini–Hochberg q-value across all the rows of both "
+        "tables above (a change with q < 0.05 is beyond chance at a 5 % false-discovery rate)."
+    )
+
+
+def _label_rows(frame: pl.DataFrame, a: str, b: str, tested: bool) -> list[str]:
+    extra = " | only A | only B | q" if tested else ""
+    lines = [
+        f"| label | name | training rows | test rows | {a} | {b} | change{extra} |",
+        "|---:|---|---:|---:|---:|---:|---:|" + ("---:|" * 3 if tested else ""),
+    ]
+    for row in frame.iter_rows(named=True):
+        name = str(row["name"]).replace("|", "\\|")
+        cells = f" | {row['a_only']} | {row['b_only']} | {_q(row.get('q'))}" if tested else ""
+        lines.append(
+            f"| {row['label']} | {name} | {row['train_count']} | {row['test_rows']} | "
+            f"{_pct(row['a'])} | {_pct(row['b'])} | {_signed(row['change'])}{cells} |"
+        )
+    return lines
+
+
 def markdown(c: Comparison) -> str:
     a, b = c.a.source.spec, c.b.source.spec
+    tested = not c.untested
+    tested_cols = ["95 % interval", "q"] if tested else []
+    tested_head = "".join(f" | {h}" for h in tested_cols)
     evaluated = int(c.groups.filter(pl.col("group") == "all")["labels"].sum())
     lines = [
         f"# {b} against {a}: per-class {c.metric}",
@@ -300,28 +461,36 @@ def markdown(c: Comparison) -> str:
         "",
         "## By training rows (octaves)",
         "",
-        f"| training rows | labels | test rows | {a} | {b} | change | improved | worsened | same |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        (
+            f"| training rows | labels | test rows | {a} | {b} | change{tested_head} | "
+            "improved | worsened | same |"
+        ),
+        "|---|---:|---:|---:|---:|---:|" + "---:|" * len(tested_cols) + "---:|---:|---:|",
     ]
     for row in c.bins.iter_rows(named=True):
         lines.append(
             f"| {_count_range(row['count_low'], row['count_high'])} | {row['labels']} | "
             f"{row['test_rows']} | {_pct(row['a'])} | {_pct(row['b'])} | "
-            f"{_signed(row['change'])} | {row['improved']} | {row['worsened']} | {row['same']} |"
+            f"{_signed(row['change'])}{_tested(row, tested)} | {row['improved']} | "
+            f"{row['worsened']} | {row['same']} |"
         )
     lines += [
         "",
         "## By group",
         "",
-        f"| group | labels | test rows | {a} | {b} | change | improved | worsened | same |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        (
+            f"| group | labels | test rows | {a} | {b} | change{tested_head} | improved | "
+            "worsened | same |"
+        ),
+        "|---|---:|---:|---:|---:|---:|" + "---:|" * len(tested_cols) + "---:|---:|---:|",
     ]
     for row in c.groups.iter_rows(named=True):
         lines.append(
             f"| {row['group']} | {row['labels']} | {row['test_rows']} | {_pct(row['a'])} | "
-            f"{_pct(row['b'])} | {_signed(row['change'])} | {row['improved']} | "
-            f"{row['worsened']} | {row['same']} |"
+            f"{_pct(row['b'])} | {_signed(row['change'])}{_tested(row, tested)} | "
+            f"{row['improved']} | {row['worsened']} | {row['same']} |"
         )
+    lines += ["", _tests_note(c)]
     if c.unlisted:
         lines += [
             "",
@@ -331,35 +500,47 @@ def markdown(c: Comparison) -> str:
                 "them."
             ),
         ]
-    for title, frame in (("gained most", c.gained), ("lost most", c.lost)):
+    if tested:
+        assert c.significant_gains is not None and c.significant_losses is not None
         lines += [
             "",
-            f"## The {len(frame)} labels that {title}",
+            "## Labels changed beyond chance",
             "",
-            f"| label | name | training rows | test rows | {a} | {b} | change |",
-            "|---:|---|---:|---:|---:|---:|---:|",
+            (
+                f"{c.testable:,} labels were testable (at least {MIN_DISCORDANT} test rows on "
+                "which exactly one run ranks the label within the top j: McNemar's exact test "
+                "on those rows; the others cannot reach p < 0.05). q: Benjamini–Hochberg "
+                f"across the tested labels; listed: q < {Q_LEVEL}. Only A / only B: the rows "
+                "only that run gets right."
+            ),
         ]
-        for row in frame.iter_rows(named=True):
-            name = str(row["name"]).replace("|", "\\|")
-            lines.append(
-                f"| {row['label']} | {name} | {row['train_count']} | {row['test_rows']} | "
-                f"{_pct(row['a'])} | "
-                f"{_pct(row['b'])} | {_signed(row['change'])} |"
-            )
+        for title, frame in (
+            ("significant gains", c.significant_gains),
+            ("significant losses", c.significant_losses),
+        ):
+            lines += ["", f"### {len(frame)} {title}", ""]
+            lines += _label_rows(frame, a, b, tested) if len(frame) else ["None."]
+    for title, frame in (("gained most", c.gained), ("lost most", c.lost)):
+        lines += ["", f"## The {len(frame)} labels that {title}", ""]
+        lines += _label_rows(frame, a, b, tested)
     return "\n".join(lines) + "\n"
 
 
 def long_frame(c: Comparison) -> pl.DataFrame:
     """Every table of the comparison in one frame, a ``table`` column saying which (for CSV
     and Parquet): ``bin`` rows keyed by their count range, ``group`` rows by group, and the
-    ``gained`` and ``lost`` labels by id."""
-    stats = ["labels", "test_rows", "a", "b", "change", *STATES]
+    ``significant-gains``, ``significant-losses``, ``gained`` and ``lost`` labels by id; with
+    the tests' columns (``change_low``, ``change_high``, ``p``, ``q``; ``a_only``, ``b_only``
+    for labels) where compare ran them."""
+    tests = [] if c.untested else ["change_low", "change_high", "p", "q"]
+    stats = ["labels", "test_rows", "a", "b", "change", *tests, *STATES]
     bins = c.bins.select(
         pl.lit("bin").alias("table"),
         pl.format("{}-{}", "count_low", "count_high").alias("key"),
         *stats,
     )
     groups = c.groups.select(pl.lit("group").alias("table"), pl.col("group").alias("key"), *stats)
+    label_tests = [] if c.untested else ["a_only", "b_only", "p", "q"]
     labels = [
         frame.select(
             pl.lit(name).alias("table"),
@@ -370,13 +551,25 @@ def long_frame(c: Comparison) -> pl.DataFrame:
             "a",
             "b",
             "change",
+            *label_tests,
         )
-        for name, frame in (("gained", c.gained), ("lost", c.lost))
+        for name, frame in _label_lists(c)
     ]
     out = pl.concat([bins, groups, *labels], how="diagonal_relaxed")
     return out.rename({"a": c.a.source.spec, "b": c.b.source.spec}).with_columns(
         pl.lit(c.metric).alias("metric")
     )
+
+
+def _label_lists(c: Comparison) -> list[tuple[str, pl.DataFrame]]:
+    lists = [("gained", c.gained), ("lost", c.lost)]
+    if c.significant_gains is not None and c.significant_losses is not None:
+        lists = [
+            ("significant-gains", c.significant_gains),
+            ("significant-losses", c.significant_losses),
+            *lists,
+        ]
+    return lists
 
 
 def as_json(c: Comparison) -> str:
@@ -391,10 +584,11 @@ def as_json(c: Comparison) -> str:
         "labels": len(c.a.frame),
         "bins": records(c.bins.drop("bin")),
         "groups": records(c.groups),
-        "gained": records(c.gained),
-        "lost": records(c.lost),
+        **{name.replace("-", "_"): records(frame) for name, frame in _label_lists(c)},
         "min_support": c.min_support,
         "unlisted": c.unlisted,
+        "testable": c.testable,
+        "untested": c.untested or None,
     }
     return json.dumps(body, indent=2, allow_nan=False) + "\n"
 

@@ -1,0 +1,128 @@
+"""The tests behind ``tailkit compare``: which changes between two runs are beyond chance.
+
+Both runs scored the same test rows (the same data key), so every test is paired:
+
+- **Per frequency bin and group**: the change of the mean per-label recall, with the 95 %
+  percentile interval and the p-value of a paired bootstrap over test rows — the resamples of
+  :class:`tailkit.evaluation.intervals.Resampler`, the same for both runs — computed the way
+  :mod:`tailkit.reporting.paired` tests the summary table, and Benjamini–Hochberg q-values
+  across all the bins and groups together.
+- **Per label**: McNemar's exact test on the (row, label) pairs of that label — b pairs only
+  run A ranks within the top j, c only run B; under "no change" b is Binomial(b + c, ½), so the
+  two-sided p is min(1, 2 · P(X ≤ min(b, c))). A label with fewer than
+  :data:`MIN_DISCORDANT` discordant pairs cannot reach p < 0.05 whatever happens (the smallest
+  p of n pairs is 2⁻ⁿ⁺¹), so it is not tested: the test is exact given b + c, so leaving such
+  labels out keeps every p-value valid and spends the false-discovery budget only on labels
+  that can show something (Tarone 1990). Benjamini–Hochberg q-values run across the labels
+  tested, and the output says how many were.
+
+The tests need each run's row outcomes (:mod:`tailkit.evaluation.outcomes`) and a recall
+metric (recall@j, j up to the ranking's width); without them compare prints its changes
+untested and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from tailkit.evaluation.intervals import LEVEL, Grouping, Resampler, mean_over, ratio
+from tailkit.evaluation.outcomes import Outcomes
+from tailkit.reporting.paired import bootstrap_p
+
+#: Discordant pairs a label needs before its exact test can reach p < 0.05 (2 · 2⁻⁶ < 0.05).
+MIN_DISCORDANT = 6
+Q_LEVEL = 0.05
+
+
+@dataclass(frozen=True)
+class PairHits:
+    """Each (row, true label) pair of the test rows and whether each run ranks the label
+    within its top j."""
+
+    labels: np.ndarray  # (P,) label of each pair
+    rows: np.ndarray  # (P,) row of each pair
+    a: np.ndarray  # (P,) bool
+    b: np.ndarray  # (P,) bool
+    num_rows: int
+
+
+def recall_depth(metric: str, width: int) -> int | None:
+    """j of a ``recall@j`` metric the outcomes can test (None: another metric, or j beyond the
+    ranking's width)."""
+    if not metric.startswith("recall@"):
+        return None
+    depth = int(metric.removeprefix("recall@"))
+    return depth if 1 <= depth <= width else None
+
+
+def pair_hits(a: Outcomes, b: Outcomes, depth: int) -> PairHits:
+    indptr, labels = a.truth
+    rows = np.repeat(np.arange(a.num_rows), np.diff(indptr))
+
+    def hits(ranked: np.ndarray) -> np.ndarray:
+        return (ranked[rows, :depth] == labels[:, None]).any(axis=1)
+
+    return PairHits(labels, rows, hits(a.ranked), hits(b.ranked), a.num_rows)
+
+
+def label_tests(pairs: PairHits) -> pl.DataFrame:
+    """Per label with a pair: ``a_only``, ``b_only`` (discordant pairs), and for those with at
+    least :data:`MIN_DISCORDANT` of them McNemar's exact ``p`` and its BH ``q`` (null
+    otherwise)."""
+    present, local = np.unique(pairs.labels, return_inverse=True)
+    a_only = np.bincount(local, pairs.a & ~pairs.b, present.shape[0]).astype(np.int64)
+    b_only = np.bincount(local, pairs.b & ~pairs.a, present.shape[0]).astype(np.int64)
+    discordant = a_only + b_only
+    testable = discordant >= MIN_DISCORDANT
+    p = np.full(present.shape[0], np.nan)
+    smaller = np.minimum(a_only, b_only)[testable]
+    p[testable] = np.minimum(1.0, 2 * stats.binom.cdf(smaller, discordant[testable], 0.5))
+    q = np.full(present.shape[0], np.nan)
+    if testable.any():
+        q[testable] = stats.false_discovery_control(p[testable], method="bh")
+    return pl.DataFrame(
+        {
+            "label": present.astype(np.int64),
+            "a_only": a_only,
+            "b_only": b_only,
+            "p": p,
+            "q": q,
+        }
+    ).with_columns(pl.col("p", "q").fill_nan(None))
+
+
+def key_tests(pairs: PairHits, keys: dict[str, np.ndarray]) -> pl.DataFrame:
+    """Per key (``keys``: name → boolean mask over label ids): the change of the mean per-label
+    recall (B − A) in a paired bootstrap over the test rows: its interval and p-value, and the
+    BH q-value across the keys."""
+    present, local = np.unique(pairs.labels, return_inverse=True)
+    grouping = Grouping(pairs.rows, local, present.shape[0], pairs.num_rows)
+    support, hit_a, hit_b = (grouping.weighted(w) for w in (None, pairs.a, pairs.b))
+    masks = {name: mask[present] for name, mask in keys.items()}
+    changes: dict[str, list[np.ndarray]] = {name: [] for name in masks}
+    for sums in Resampler(pairs.num_rows).blocks():
+        seen = sums.grouped(support)
+        recall_a, recall_b = ratio(sums.grouped(hit_a), seen), ratio(sums.grouped(hit_b), seen)
+        for name, mask in masks.items():
+            changes[name].append(mean_over(recall_b, mask) - mean_over(recall_a, mask))
+    tail = (1.0 - LEVEL) / 2
+    low, high, p = [], [], []
+    for name in masks:
+        d = np.concatenate(changes[name])
+        defined = d[~np.isnan(d)]
+        bounds = np.quantile(defined, [tail, 1 - tail]) if defined.size else [np.nan, np.nan]
+        low.append(float(bounds[0]))
+        high.append(float(bounds[1]))
+        p.append(bootstrap_p(d))
+    p_values = np.asarray(p)
+    q = np.full(p_values.shape[0], np.nan)
+    defined_p = ~np.isnan(p_values)
+    if defined_p.any():
+        q[defined_p] = stats.false_discovery_control(p_values[defined_p], method="bh")
+    return pl.DataFrame(
+        {"key": list(masks), "change_low": low, "change_high": high, "p": p_values, "q": q}
+    ).with_columns(pl.col("change_low", "change_high", "p", "q").fill_nan(None))
