@@ -175,7 +175,7 @@ def test_the_table_marks_rows_not_told_apart_from_the_best_and_daggers_unpaired_
         )
         runs.append(_run(name, float(correct.mean())))
     runs.append(_run("ldam", 0.70))
-    table = comparison_table(runs, columns, Pairing(values, {"ldam"}))
+    table = comparison_table(runs, columns, Pairing(values, unpaired={"ldam"}))
     cells = {
         line.split("|")[1].strip(): line.split("|")[3].strip() for line in table.splitlines()[2:]
     }
@@ -183,3 +183,46 @@ def test_the_table_marks_rows_not_told_apart_from_the_best_and_daggers_unpaired_
     assert cells["sampled"].endswith(" ≈")
     assert not cells["adversarial"].endswith("≈")
     assert "ldam †" in cells and not cells["ldam †"].endswith("≈")
+
+
+def test_a_row_of_several_seeds_is_paired_on_the_mean_of_its_seeds_values(tmp_path):
+    """softmax and sampled each with seeds 0 and 1: every resample's value of a row is the
+    mean of its seeds' values on that resample, its ± the half-width of their interval."""
+    from test_report import params_with
+
+    from tailkit.paths import Layout
+    from tailkit.reporting.paired import study_pairing
+
+    rng = np.random.default_rng(5)
+    n = 1500
+    labels = rng.integers(0, 30, n)
+    counts = np.bincount(labels, minlength=32) * 10
+    base = parse_params(params_with(base__extra_seeds=[1]))
+    layout = Layout(tmp_path)
+    runs, expected = [], {}
+    for name, rate in (("softmax", 0.8), ("sampled", 0.7)):
+        seeds = []
+        for seed in (0, 1):
+            params, output = (base, name) if seed == 0 else base.seed_run(name, seed)
+            outcomes = single_label(rng.random(n) < rate, labels)
+            layout.outcomes(output).parent.mkdir(parents=True)
+            write_outcomes(layout.outcomes(output), outcomes)
+            test = {"accuracy": float((outcomes.ranked[:, 0] == labels).mean())}
+            runs.append(Run(name, "", params, {"test": test, "train": {"seconds": 1.0}}))
+            seeds.append(resampled_values(outcomes, ["accuracy"], counts, META, {}))
+        expected[name] = (seeds[0]["accuracy"] + seeds[1]["accuracy"]) / 2
+    pairing = study_pairing(runs, ["accuracy"], layout, {"train_counts": counts, **META})
+    assert not pairing.unpaired
+    for name, want in expected.items():
+        np.testing.assert_allclose(pairing.values[name]["accuracy"], want, rtol=1e-12)
+        low, high = np.quantile(want, [0.025, 0.975])
+        assert pairing.halves[name]["accuracy"] == pytest.approx((high - low) / 2)
+    columns = (Column("accuracy", ("test", "accuracy"), True),)
+    table = comparison_table(runs, columns, pairing)
+    cells = {
+        line.split("|")[1].strip(): line.split("|")[4].strip() for line in table.splitlines()[2:]
+    }
+    half = 100 * pairing.halves["sampled"]["accuracy"]
+    mean = np.mean([r.metrics["test"]["accuracy"] for r in runs if r.experiment == "sampled"])
+    assert cells["sampled"] == f"{100 * mean:.2f} ±{half:.2f}"  # 10 points below: no ≈
+    assert cells["softmax"].startswith("**") and "± " not in cells["softmax"]

@@ -8,8 +8,9 @@ a count of labels whose sum is positive. A bootstrap resample is a vector of row
 (rows drawn with replacement, n of them). :class:`Resampler` draws the counts of
 :data:`RESAMPLES` resamples in fixed blocks of :data:`BLOCK`; per block, the sums of every
 per-row value are one matrix product (:class:`Columns`), and the per-label and per-bin sums a
-gather and a segmented sum over (row, group) pairs sorted once (:class:`Grouping`): no loop
-over rows or resamples. With every count 1 the functions give the reported values (up to summation order),
+gather and a segmented sum over (row, group) pairs sorted once (:class:`Grouping`; only
+non-zero weights stored, and whole ones summed in float32, exact below 2^24): no loop over
+rows or resamples. With every count 1 the functions give the reported values (up to summation order),
 which the tests check.
 
 The interval is the percentile bootstrap's (the 2.5th and 97.5th percentiles of the resampled
@@ -93,12 +94,20 @@ class Grouping:
         self.size, self.num_rows = size, num_rows
 
     def weighted(self, weights: np.ndarray | None = None) -> sp.csr_matrix:
-        """The (groups × rows) matrix of ``weights`` (one per pair; 1 by default)."""
-        data = np.ones(self.rows.shape[0]) if weights is None else weights
-        return sp.csr_matrix(
-            (np.asarray(data, dtype=np.float64), (self.groups, self.rows)),
-            shape=(self.size, self.num_rows),
-        )
+        """The (groups × rows) matrix of ``weights`` (one per pair; 1 by default), holding
+        only the non-zero ones (a hit or false-positive mask is mostly zeros: stored, each
+        would cost a multiply-add per resample)."""
+        if weights is None:
+            data, rows, groups = np.ones(self.rows.shape[0]), self.rows, self.groups
+        else:
+            data = np.asarray(weights, dtype=np.float64)
+            kept = data != 0
+            data, rows, groups = data[kept], self.rows[kept], self.groups[kept]
+        # counts of rows (whole weights) are exact in float32, which halves the bytes the
+        # products move; a fractional weight (ECE's gap) keeps float64
+        whole = bool(np.all(data == np.round(data))) and data.size and np.abs(data).max() < 2**24
+        kind = np.float32 if whole or not data.size else np.float64
+        return sp.csr_matrix((data.astype(kind), (groups, rows)), shape=(self.size, self.num_rows))
 
 
 class Sums:
@@ -108,9 +117,11 @@ class Sums:
     def __init__(self, counts_t: np.ndarray, columns: Columns | None = None) -> None:
         # rows first: a sparse (groups × rows) product then adds contiguous rows of the block
         self.counts_t = np.ascontiguousarray(counts_t, dtype=np.float64)
+        self._counts32 = self.counts_t.astype(np.float32)  # exact: counts are below 2^24
         self._columns = columns
         self._column_sums: np.ndarray | None = None
         self._gathered: dict[int, np.ndarray] = {}
+        self._memo: dict[int, np.ndarray] = {}
 
     def column(self, index: int) -> np.ndarray:
         """(block,) sums of column ``index`` of the :class:`Columns`."""
@@ -126,19 +137,29 @@ class Sums:
     def rows(self) -> np.ndarray:
         return self.counts_t.sum(axis=0)
 
+    def memo(self, key: object, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """``compute()`` once per block for ``key`` (per-label recalls that several metrics
+        average over different labels)."""
+        found = self._memo.get(id(key))
+        if found is None:
+            found = self._memo[id(key)] = compute()
+        return found
+
     def grouped(self, matrix: sp.csr_matrix) -> np.ndarray:
         """(groups, block): each resample's per-group sums, ``matrix`` from
         :meth:`Grouping.weighted` (computed once per block)."""
         key = id(matrix)
         if key not in self._gathered:
-            self._gathered[key] = np.asarray(matrix @ self.counts_t)
+            counts = self._counts32 if matrix.dtype == np.float32 else self.counts_t
+            self._gathered[key] = np.asarray(matrix @ counts, dtype=np.float64)
         return self._gathered[key]
 
 
 def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        safe = np.where(denominator > 0, denominator, 1)
-        return np.where(denominator > 0, numerator / safe, np.nan)
+    """numerator / denominator, NaN where the denominator is not positive."""
+    out = np.full(np.broadcast(numerator, denominator).shape, np.nan)
+    np.divide(numerator, denominator, out=out, where=denominator > 0)
+    return out
 
 
 def mean_over(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -164,10 +185,10 @@ class Resampler:
             size = min(BLOCK, self.resamples - start)
             rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([self.seed, start])))
             draws = rng.integers(0, n, size=(size, n))
-            # key row · size + resample: the counts come out (rows, block), as Sums keeps them
-            keys = draws * size + np.arange(size)[:, None]
-            counts_t = np.bincount(keys.ravel(), minlength=n * size).reshape(n, size)
-            yield Sums(counts_t.astype(np.float64), columns)
+            counts_t = np.empty((n, size))
+            for j in range(size):  # a bincount per resample: cheaper than one over n · size keys
+                counts_t[:, j] = np.bincount(draws[j], minlength=n)
+            yield Sums(counts_t, columns)
 
     def values(self, metrics: Metrics) -> dict[str, np.ndarray]:
         """Each metric's value in every resample, (resamples,)."""
@@ -295,7 +316,7 @@ def single_label_metrics(
     support, hit_w = classes.weighted(), classes.weighted(correct)
 
     def recall(s: Sums) -> np.ndarray:
-        return ratio(s.grouped(hit_w), s.grouped(support))
+        return s.memo(hit_w, lambda: ratio(s.grouped(hit_w), s.grouped(support)))
 
     named = metrics.named
     named["accuracy"] = metrics.mean(correct)
@@ -367,7 +388,7 @@ def multilabel_metrics(
         return
 
     def recall(s: Sums) -> np.ndarray:  # tailkit.evaluation.metrics.label_recall
-        return ratio(s.grouped(found_pairs), s.grouped(support))
+        return s.memo(found_pairs, lambda: ratio(s.grouped(found_pairs), s.grouped(support)))
 
     named[f"macro_recall@{width}"] = lambda s: mean_over(recall(s))
     for group, mask in shot_groups(train_counts, groups).items():

@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.evaluation.intervals import Resampler, metric_set
+from tailkit.evaluation.intervals import LEVEL, Resampler, metric_set
 from tailkit.evaluation.metrics import split_inverse_propensity
 from tailkit.evaluation.outcomes import Outcomes, read_outcomes
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
+from tailkit.params import SEED_RUN
 from tailkit.paths import Layout
 from tailkit.reporting.runs import WORKSPACE, Run
 
@@ -132,39 +133,91 @@ def read_paired(path: Path, stage: str) -> Outcomes | None:
 
 @dataclass
 class Pairing:
-    """What a study's table tests with: each paired row's resampled values by metric name,
-    and the single-seed rows that could not be paired (scored on other test rows, or no
-    outcomes in the workspace)."""
+    """What a study's table tests with: each paired row's resampled values by metric name
+    (for a row of several seeds, each resample's mean over the seeds), the half-widths of the
+    95 % intervals of the rows of several seeds, and the rows that could not be paired
+    (scored on other test rows, or no outcomes in the workspace)."""
 
     values: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    halves: dict[str, dict[str, float]] = field(default_factory=dict)
     unpaired: set[str] = field(default_factory=set)
+
+
+def _output(run: Run, first: bool) -> tuple[str, str]:
+    """The output name of ``run`` (``<experiment>+seed<s>`` for a seed run: every run of a
+    row but its first, as :func:`tailkit.reporting.runs.workspace_runs` lists them) and the
+    stage that writes it."""
+    decoupled = "-decoupled" if run.params.experiment(run.experiment).decoupled else ""
+    if first:
+        return run.experiment, f"evaluate{decoupled}@{run.experiment}"
+    seed = run.params.base.seed
+    return (
+        f"{run.experiment}{SEED_RUN}{seed}",
+        f"evaluate{decoupled}-seed@{run.experiment}-{seed}",
+    )
+
+
+def seed_mean(values: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Each resample's mean over the seeds' values (a seed without the metric is left out of
+    it; NaN where none has it)."""
+    out = {}
+    for name in dict.fromkeys(k for v in values for k in v):
+        stacked = np.stack([v[name] for v in values if name in v])
+        defined = ~np.isnan(stacked)
+        total = np.where(defined, stacked, 0.0).sum(axis=0)
+        count = defined.sum(axis=0)
+        out[name] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return out
+
+
+def half_width(values: np.ndarray) -> float | None:
+    """Half the width of the percentile interval at :data:`~tailkit.evaluation.intervals.LEVEL`
+    of resampled ``values`` (None when no resample defines it)."""
+    defined = values[~np.isnan(values)]
+    if not defined.size:
+        return None
+    tail = (1.0 - LEVEL) / 2
+    low, high = np.quantile(defined, [tail, 1.0 - tail])
+    return float(high - low) / 2
 
 
 def study_pairing(
     runs: Sequence[Run], names: Iterable[str], layout: Layout, meta: dict[str, Any]
 ) -> Pairing:
-    """The resampled ``names`` of every single-seed run of the workspace that has outcomes on
-    the test rows most of them share; the other single-seed runs as unpaired."""
-    by_name: dict[str, list[Run]] = {}
+    """The resampled ``names`` of every row of the workspace's runs (an experiment and its
+    seeds) whose runs all have outcomes on the test rows most rows share; the rows that do
+    not are unpaired. A row of several seeds gets each resample's mean over its seeds —
+    the rows resampled, then the seeds' values on them averaged — and its intervals."""
+    rows: dict[str, list[Run]] = {}
     for run in runs:
-        by_name.setdefault(run.name, []).append(run)
-    single = {name: found[0] for name, found in by_name.items() if len(found) == 1}
-    read: dict[str, Outcomes] = {}
-    for name, run in single.items():
-        if run.source in ("", WORKSPACE):
-            stage = f"evaluate@{run.experiment}"
-            found = read_paired(layout.outcomes(run.experiment), stage)
-            if found is not None:
-                read[name] = found
-    keys = Counter(o.data_key for o in read.values())
-    pairing = Pairing()
+        rows.setdefault(run.name, []).append(run)
+    read: dict[str, list[Outcomes]] = {}
+    for name, group in rows.items():
+        if any(run.source not in ("", WORKSPACE) for run in group):
+            continue
+        found = [read_paired(layout.outcomes(o), s) for o, s in _outputs(group)]
+        if all(o is not None for o in found):
+            read[name] = [o for o in found if o is not None]
+    keys = Counter(o.data_key for found in read.values() for o in found)
     shared = keys.most_common(1)[0][0] if keys else None
     counts = np.asarray(meta["train_counts"])
     wanted = list(names)
-    for name, run in single.items():
-        outcomes = read.get(name)
-        if outcomes is None or outcomes.data_key != shared:
+    pairing = Pairing()
+    for name, group in rows.items():
+        scored = read.get(name)
+        if scored is None or any(o.data_key != shared for o in scored):
             pairing.unpaired.add(name)
             continue
-        pairing.values[name] = resampled_values(outcomes, wanted, counts, meta, run.metrics)
+        per_seed = [
+            resampled_values(o, wanted, counts, meta, run.metrics)
+            for o, run in zip(scored, group, strict=True)
+        ]
+        pairing.values[name] = seed_mean(per_seed)
+        if len(per_seed) > 1:
+            halves = {k: half_width(v) for k, v in pairing.values[name].items()}
+            pairing.halves[name] = {k: h for k, h in halves.items() if h is not None}
     return pairing
+
+
+def _outputs(group: Sequence[Run]) -> list[tuple[str, str]]:
+    return [_output(run, i == 0) for i, run in enumerate(group)]

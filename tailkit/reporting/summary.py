@@ -37,28 +37,37 @@ MULTILABEL_FIGURES = {
 
 INTERVAL_NOTE = (
     "±: half the width of the 95 % interval of a bootstrap over the test rows (the test "
-    "set's sampling; not the training seed's variance), or with several seeds the standard "
-    "deviation over them. Best of each column in bold."
+    "set's sampling, not another training seed's){seeds}. Best of each column in bold."
 )
+SEEDS_PAIRED = (
+    "; for several seeds, of their mean, the rows resampled and the seeds' values on each "
+    "resample averaged, so it holds the seeds' disagreement row by row (not a shift common to "
+    "all rows), beside the standard deviation over the seeds in metrics/seeds.json"
+)
+SEEDS_UNPAIRED = "; with several seeds, the standard deviation over them"
 PAIRED_NOTE = (
     " ≈: not significantly different from the best: a paired bootstrap over the same test "
-    "rows, two-sided, α = 0.05 after Holm's correction over the column's rows (with several "
-    "seeds: less than a standard deviation over the seeds from it)."
+    "rows, two-sided, α = 0.05 after Holm's correction over the column's rows."
 )
 UNPAIRED_NOTE = (
-    " ≈: less than a standard deviation over the seeds from the best; single-seed rows are "
-    "not tested here (the paired tests need each row's outcomes, which the workspace holds "
-    "for its own experiments only: see reports/summary.md)."
+    " ≈: less than a standard deviation over the seeds from the best; other rows are not "
+    "tested here (the paired tests need each row's outcomes, which the workspace holds for "
+    "its own experiments only: see reports/summary.md)."
 )
-UNPAIRED_ROWS_NOTE = " †: scored on other test rows than the rest, so not paired with them."
+UNPAIRED_ROWS_NOTE = (
+    " †: not paired (its runs scored other test rows than the rest, or their row outcomes are "
+    "missing): with several seeds its ± is the standard deviation over them, and ≈ a gap to "
+    "the best smaller than that."
+)
 
 
 def marks_note(pairing: Pairing | None) -> str:
     """What the table's ± and marks mean, for a table tested with ``pairing`` (None: the
-    single-seed rows are not tested)."""
+    rows are not tested)."""
     if pairing is None:
-        return INTERVAL_NOTE + UNPAIRED_NOTE
-    text = INTERVAL_NOTE + PAIRED_NOTE
+        return INTERVAL_NOTE.format(seeds=SEEDS_UNPAIRED) + UNPAIRED_NOTE
+    seeds = SEEDS_PAIRED if pairing.halves else ""
+    text = INTERVAL_NOTE.format(seeds=seeds) + PAIRED_NOTE
     return text + UNPAIRED_ROWS_NOTE if pairing.values and pairing.unpaired else text
 
 

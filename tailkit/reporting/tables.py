@@ -259,12 +259,13 @@ def comparison_table(
     columns: Sequence[Column] | None = None,
     pairing: Pairing | None = None,
 ) -> str:
-    """One row per experiment and source (mean ± std where it ran with several seeds; with one,
-    ±half the width of the 95 % bootstrap interval where evaluate recorded one), the best
-    value of each column in bold, and :data:`WITHIN_SPREAD` after the values not told apart
-    from it: by the paired test of ``pairing`` (:func:`tailkit.reporting.paired.study_pairing`)
-    where both rows have one, else by the spread over the seeds. :data:`UNPAIRED` marks the
-    single-seed rows ``pairing`` could not pair."""
+    """One row per experiment and source: its value ±half the width of its 95 % bootstrap
+    interval (for several seeds paired by ``pairing``, the interval of their mean over
+    resampled rows; unpaired, the mean ± the std over the seeds), the best value of each
+    column in bold, and :data:`WITHIN_SPREAD` after the values not told apart from it: by the
+    paired test of ``pairing`` (:func:`tailkit.reporting.paired.study_pairing`) where both
+    rows have one, else by the spread over the seeds. :data:`UNPAIRED` marks the rows
+    ``pairing`` could not pair."""
     columns = columns_for(runs) if columns is None else columns
     summary = seed_summary(runs_frame(runs), [_dotted(c) for c in columns])
     best = best_values(summary, columns)
@@ -277,17 +278,17 @@ def comparison_table(
     for row in summary.iter_rows(named=True):
         name = row["name"]
         half = halves.get(name, {}) if row["seeds"] == 1 else {}
-        cells = [
-            _cell(
-                c,
-                row.get(_dotted(c)),
-                row.get(f"{_dotted(c)} std"),
-                best,
-                half.get(_dotted(c)),
-                tested.get(c.header, {}).get(name),
-            )
-            for c in columns
-        ]
+        # several seeds, paired: the interval of the seeds' mean over resampled rows
+        seeds_half = pairing.halves.get(name) if pairing else None
+        cells = []
+        for c in columns:
+            std = row.get(f"{_dotted(c)} std")
+            shown_half = half.get(_dotted(c))
+            metric = metric_name(c.path)
+            if seeds_half is not None and metric in seeds_half:
+                std, shown_half = None, seeds_half[metric]
+            p_value = tested.get(c.header, {}).get(name)
+            cells.append(_cell(c, row.get(_dotted(c)), std, best, shown_half, p_value))
         seeds = [str(row["seeds"])] if several else []
         shown = f"{name} {UNPAIRED}" if name in unpaired else name
         lines.append(f"| {shown} | {row['method']} | " + " | ".join(seeds + cells) + " |")
