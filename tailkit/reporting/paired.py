@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.evaluation.intervals import LEVEL, Resampler, metric_set
+from tailkit.evaluation.intervals import LEVEL, Metrics, Resampler, metric_set
 from tailkit.evaluation.metrics import split_inverse_propensity
 from tailkit.evaluation.outcomes import Outcomes, read_outcomes
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
@@ -74,6 +74,25 @@ def metric_name(path: Sequence[str]) -> str | None:
     return path[1] if path[0] == "test" else ".".join(path)
 
 
+def outcome_metrics(
+    outcomes: Outcomes, train_counts: np.ndarray, meta: dict[str, Any], detail: dict[str, Any]
+) -> Metrics:
+    """Every metric evaluate reports, resampleable, from ``outcomes``, the split's ``meta``
+    and the group and F1 thresholds evaluate used (from its detail metrics ``detail``)."""
+    recorded = detail.get("groups")
+    return metric_set(
+        outcomes.ranked,
+        outcomes.probabilities,
+        outcomes.log_likelihood,
+        outcomes.truth,
+        outcomes.single,
+        train_counts,
+        split_inverse_propensity(train_counts, meta, outcomes.single),
+        GroupThresholds(**recorded) if recorded else DEFAULT_GROUPS,
+        detail.get("f1_thresholds"),
+    )
+
+
 def resampled_values(
     outcomes: Outcomes,
     names: Iterable[str],
@@ -82,21 +101,8 @@ def resampled_values(
     detail: dict[str, Any],
 ) -> dict[str, np.ndarray]:
     """Each of ``names`` in every bootstrap resample of ``outcomes``' rows (names the
-    experiment does not have are left out), with the group thresholds and F1 thresholds
-    evaluate used (from its detail metrics ``detail``)."""
-    recorded = detail.get("groups")
-    groups = GroupThresholds(**recorded) if recorded else DEFAULT_GROUPS
-    metrics = metric_set(
-        outcomes.ranked,
-        outcomes.probabilities,
-        outcomes.log_likelihood,
-        outcomes.truth,
-        outcomes.single,
-        train_counts,
-        split_inverse_propensity(train_counts, meta, outcomes.single),
-        groups,
-        detail.get("f1_thresholds"),
-    )
+    experiment does not have are left out; :func:`outcome_metrics`)."""
+    metrics = outcome_metrics(outcomes, train_counts, meta, detail)
     wanted = set(names)
     metrics.named = {k: v for k, v in metrics.named.items() if k in wanted}
     return Resampler(outcomes.num_rows).values(metrics)
