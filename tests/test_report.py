@@ -364,3 +364,43 @@ def test_the_legend_states_the_thresholds_the_runs_were_evaluated_with():
     assert "classes with > 50, 5–50 and < 5 training rows" in text
     plain = study_markdown("s", [Run("softmax", "", params, metrics(0.5))])
     assert "classes with > 100, 20–100 and < 20 training rows" in plain
+
+
+def test_exp_runs_carry_the_detail_metrics_their_commit_holds(tmp_path: Path):
+    """A DVC experiment's commit holds metrics/detail/<exp>.json (git-tracked): the report of
+    experiments reads its intervals and plugins beside the headline exp show gives."""
+    import json
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    detail = metrics(
+        0.5,
+        plugins={"loss": "softmax (tailkit 0.1.0)"},
+        intervals={"test": {"accuracy": [0.45, 0.55]}},
+    )
+    path = tmp_path / "metrics" / "detail" / "softmax.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(detail))
+    git("add", ".")
+    git("commit", "-q", "-m", "results")
+    sha = git("rev-parse", "HEAD")
+    accs = {k: 0.5 for k in TINY_PARAMS["experiments"]}
+    runs = exp_runs([exp_entry(sha, "main", params_with(), accs)], root=tmp_path)
+    by_name = {r.experiment: r for r in runs}
+    assert by_name["softmax"].metrics["plugins"] == {"loss": "softmax (tailkit 0.1.0)"}
+    assert "plugins" not in by_name["sampled"].metrics  # no detail file at that commit
+    assert "tailkit 0.1.0: softmax" in plugin_versions(runs)
+    assert row(comparison_table(runs), "softmax")[2] == "**50.00 ±5.00**"
+    # without the project's root, the headline alone, as before
+    plain = exp_runs([exp_entry(sha, "main", params_with(), accs)])
+    assert all("plugins" not in r.metrics for r in plain)

@@ -164,8 +164,38 @@ def _metrics_of(metrics: dict[str, Any] | None, experiment: str) -> dict[str, An
     return quality and _with_time(quality, data(Layout().timing(f"train/{experiment}")))
 
 
-def _runs_of(entry: dict[str, Any], source: str, params_file: str) -> list[Run]:
-    """The runs recorded in one ``exp show`` entry (a commit, an experiment or the workspace)."""
+def _detail_at(root: Path | None, rev: str, experiment: str) -> dict[str, Any] | None:
+    """The experiment's detail metrics as commit ``rev`` (or the workspace) holds them — a
+    git-tracked file with what the headline leaves out: the intervals, the plugins behind the
+    numbers, the group and F1 thresholds; None without ``root``, where the commit lacks the
+    file, or where it is not a JSON object."""
+    if root is None:
+        return None
+    relative = Layout().metrics_detail(experiment).as_posix()
+    if rev == WORKSPACE:
+        path = root / relative
+        text = path.read_text() if path.is_file() else None
+    else:
+        done = subprocess.run(
+            ["git", "show", f"{rev}:{relative}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        text = done.stdout if done.returncode == 0 else None
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _runs_of(
+    entry: dict[str, Any], source: str, params_file: str, root: Path | None = None
+) -> list[Run]:
+    """The runs recorded in one ``exp show`` entry (a commit, an experiment or the workspace);
+    with ``root``, each with the detail metrics its commit holds (:func:`_detail_at`)."""
     data = entry.get("data") or {}
     raw = ((data.get("params") or {}).get(params_file) or {}).get("data")
     if entry.get("error") or not raw:
@@ -177,27 +207,36 @@ def _runs_of(entry: dict[str, Any], source: str, params_file: str) -> list[Run]:
     runs = []
     for key in params.experiments:
         metrics = _metrics_of(data.get("metrics"), key)
-        if metrics is not None:
-            runs.append(Run(key, source, params, metrics))
+        if metrics is None:
+            continue
+        detail = _detail_at(root, str(entry.get("rev", "")), key)
+        if detail is not None:  # the same run's every metric; the time stays the headline's
+            train = {**(detail.get("train") or {}), **(metrics.get("train") or {})}
+            metrics = {**detail, "test": {**detail.get("test", {}), **metrics["test"]}}
+            metrics["train"] = train
+        runs.append(Run(key, source, params, metrics))
     return runs
 
 
-def exp_runs(show: list[dict[str, Any]], params_file: str = "params.yaml") -> list[Run]:
+def exp_runs(
+    show: list[dict[str, Any]], params_file: str = "params.yaml", root: Path | None = None
+) -> list[Run]:
     """Every run in ``dvc exp show --json`` output: each baseline commit's (plain names), then
     its experiments' (``<exp>:<experiment>``), then the workspace's (``workspace:<...>``), with
     the rows that repeat an earlier one's data and settings dropped — a DVC experiment repeats
     every experiment it did not change, and ``dvc exp run`` leaves its results in the
-    workspace."""
+    workspace. With the project's ``root``, each run carries the detail metrics of its commit
+    (intervals, plugins, thresholds) beside the headline DVC recorded."""
     baselines, workspace = [], []
     for entry in show:
         if entry.get("rev") == WORKSPACE:
-            workspace += _runs_of(entry, WORKSPACE, params_file)
+            workspace += _runs_of(entry, WORKSPACE, params_file, root)
             continue
-        baselines += _runs_of(entry, "", params_file)
+        baselines += _runs_of(entry, "", params_file, root)
         for group in entry.get("experiments") or []:
             for rev in group.get("revs") or []:
                 name = rev.get("name") or group.get("name") or str(rev.get("rev", ""))[:7]
-                baselines += _runs_of(rev, name, params_file)
+                baselines += _runs_of(rev, name, params_file, root)
     return distinct(baselines + workspace)
 
 

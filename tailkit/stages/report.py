@@ -95,7 +95,9 @@ def run(
         out, n_studies = layout.report, 1
     else:
         # exp show holds the workspace too; read its metrics files only when it has nothing
-        runs = exp_runs(dvc_exp_show(layout.root)) or workspace_runs(params, layout)
+        runs = exp_runs(dvc_exp_show(layout.root), root=layout.root) or workspace_runs(
+            params, layout
+        )
         studies = group_studies(runs)
         sections = []
         for study_runs in studies.values():
