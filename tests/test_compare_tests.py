@@ -126,3 +126,17 @@ def test_without_outcomes_the_changes_say_why_they_are_untested_and_formats_carr
     assert isinstance(csv, str) and "change_low" in csv.splitlines()[0]
     not_recall = compare(a, b, metric="precision@1", outcomes=tuple(outcomes))
     assert "not precision@1" in not_recall.untested
+
+
+def test_the_figure_draws_each_octave_s_interval_and_the_same_data_gives_the_same_bytes(
+    tmp_path,
+):
+    from tailkit.reporting.compare import draw
+
+    (a, b), outcomes, *_ = _study(5, np.arange(10, 30))
+    tested = compare(a, b, outcomes=tuple(outcomes))
+    first, second = draw(tested, tmp_path / "a.png"), draw(tested, tmp_path / "b.png")
+    assert first.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert first.read_bytes() == second.read_bytes()
+    plain = compare(a, b, outcomes=("no outcomes", outcomes[1]))
+    assert draw(plain, tmp_path / "c.png").read_bytes() != first.read_bytes()

@@ -637,6 +637,8 @@ def draw(c: Comparison, out: Path) -> Path:
     change = 100 * seen["change"].to_numpy()
     bottom.bar(x, change, width=x * 0.15, color=np.where(change >= 0, "tab:green", "tab:red"))
     bottom.axhline(0.0, color="grey", linewidth=0.8)
+    if not c.untested:  # each octave's change with its 95 % interval, filled where q < 0.05
+        _draw_bin_tests(bottom, c.bins.filter(pl.col("count_low") > 0))
     for ax in (top, bottom):
         for boundary in (c.a.thresholds.few_below, c.a.thresholds.many_above):
             ax.axvline(boundary, color="grey", linewidth=0.8, linestyle=":")
@@ -645,7 +647,36 @@ def draw(c: Comparison, out: Path) -> Path:
     top.set_ylabel(f"mean per-class {c.metric} (%)")
     top.legend(fontsize=8)
     bottom.set_ylabel(f"{c.b.source.spec} − {c.a.source.spec} (points)")
-    bottom.set_xlabel("training rows of the class (log scale; quarter-octave bins)")
+    bottom.set_xlabel("training rows of the class (log scale; bars: quarter-octave bins)")
+    if not c.untested:
+        bottom.legend(fontsize=7, loc="best")
     with atomic_path(out) as tmp:
         save_figure(fig, tmp)
     return out
+
+
+def _draw_bin_tests(ax, bins: pl.DataFrame) -> None:
+    """Each octave's change (B − A) at its geometric centre with its 95 % interval, a filled
+    marker where its q-value is below :data:`Q_LEVEL`, a hollow one otherwise."""
+    low, high = bins["count_low"].to_numpy(), bins["count_high"].to_numpy()
+    x = np.sqrt(low * np.maximum(high - 1, low))
+    change = 100 * bins["change"].to_numpy()
+    lower = 100 * bins["change_low"].fill_null(np.nan).to_numpy()
+    upper = 100 * bins["change_high"].fill_null(np.nan).to_numpy()
+    errors = np.vstack([change - lower, upper - change])
+    beyond = (bins["q"].fill_null(1.0) < Q_LEVEL).to_numpy()
+    labels = ("octave, 95 % interval, q < 0.05", "octave, 95 % interval, q ≥ 0.05")
+    for mask, face, label in zip((beyond, ~beyond), ("black", "white"), labels, strict=True):
+        if mask.any():
+            ax.errorbar(
+                x[mask],
+                change[mask],
+                yerr=errors[:, mask],
+                fmt="o",
+                markersize=4,
+                color="black",
+                markerfacecolor=face,
+                capsize=2,
+                linewidth=0.8,
+                label=label,
+            )
