@@ -105,8 +105,10 @@ class Grouping:
             data, rows, groups = data[kept], self.rows[kept], self.groups[kept]
         # counts of rows (whole weights) are exact in float32, which halves the bytes the
         # products move; a fractional weight (ECE's gap) keeps float64
-        whole = bool(np.all(data == np.round(data))) and data.size and np.abs(data).max() < 2**24
-        kind = np.float32 if whole or not data.size else np.float64
+        whole = not data.size or (
+            np.array_equal(data, np.round(data)) and np.abs(data).max() < 2**24
+        )
+        kind = np.float32 if whole else np.float64
         return sp.csr_matrix((data.astype(kind), (groups, rows)), shape=(self.size, self.num_rows))
 
 
@@ -201,16 +203,22 @@ class Resampler:
     def intervals(self, metrics: Metrics) -> dict[str, list[float] | None]:
         """``{name: [low, high]}``: the percentile interval at :data:`LEVEL`; None where the
         metric is undefined in every resample."""
-        tail = (1.0 - LEVEL) / 2
         out: dict[str, list[float] | None] = {}
         for name, values in self.values(metrics).items():
-            defined = values[~np.isnan(values)]
-            if not defined.size:
-                out[name] = None
-                continue
-            low, high = np.quantile(defined, [tail, 1.0 - tail])
-            out[name] = [float(low), float(high)]
+            found = percentile_interval(values)
+            out[name] = None if found is None else list(found)
         return out
+
+
+def percentile_interval(values: np.ndarray) -> tuple[float, float] | None:
+    """The 2.5th and 97.5th percentiles (at :data:`LEVEL`) of resampled ``values``, NaN
+    entries (resamples where the metric is undefined) left out; None when all are NaN."""
+    defined = values[~np.isnan(values)]
+    if not defined.size:
+        return None
+    tail = (1.0 - LEVEL) / 2
+    low, high = np.quantile(defined, [tail, 1.0 - tail])
+    return float(low), float(high)
 
 
 class Metrics:

@@ -292,10 +292,7 @@ def compare(
     columns = ["label", "name", "train_count", "test_rows", "a", "b", "change"]
     # ties (±100 points on one-row labels are common) go to the label with more test rows
     order = ["change", "test_rows", "label"]
-    listable = joined.filter(pl.col("test_rows") >= min_support)
     unlisted = int(((joined["test_rows"] < min_support) & (joined["change"] != 0)).sum())
-    gained = listable.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
-    lost = listable.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
     tested = _tests(a, joined, bins, outcomes, metric)
     significant: tuple[pl.DataFrame | None, pl.DataFrame | None] = (None, None)
     testable, untested = 0, tested if isinstance(tested, str) else ""
@@ -323,9 +320,9 @@ def compare(
             .select(columns)
             .head(top),
         )
-        listable = joined.filter(pl.col("test_rows") >= min_support)
-        gained = listable.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
-        lost = listable.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
+    listable = joined.filter(pl.col("test_rows") >= min_support)
+    gained = listable.filter(pl.col("change") > 0).sort(order, descending=[True, True, False])
+    lost = listable.filter(pl.col("change") < 0).sort(order, descending=[False, True, False])
     quarter = frequency_bin(counts, PLOT_BINS_PER_OCTAVE)
     curves = _summary(joined, quarter).with_columns(
         aggregate(quarter, {}, {"train_count": counts})["train_count"]

@@ -29,7 +29,13 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from tailkit.evaluation.intervals import LEVEL, Grouping, Resampler, mean_over, ratio
+from tailkit.evaluation.intervals import (
+    Grouping,
+    Resampler,
+    mean_over,
+    percentile_interval,
+    ratio,
+)
 from tailkit.evaluation.outcomes import Outcomes
 from tailkit.reporting.paired import bootstrap_p
 
@@ -69,6 +75,16 @@ def pair_hits(a: Outcomes, b: Outcomes, depth: int) -> PairHits:
     return PairHits(labels, rows, hits(a.ranked), hits(b.ranked), a.num_rows)
 
 
+def benjamini_hochberg(p_values: np.ndarray) -> np.ndarray:
+    """BH q-values of the defined entries of ``p_values`` (scipy's), NaN where p is NaN (not
+    tested: not counted among the tests either)."""
+    q = np.full(p_values.shape[0], np.nan)
+    tested = ~np.isnan(p_values)
+    if tested.any():
+        q[tested] = stats.false_discovery_control(p_values[tested], method="bh")
+    return q
+
+
 def label_tests(pairs: PairHits) -> pl.DataFrame:
     """Per label with a pair: ``a_only``, ``b_only`` (discordant pairs), and for those with at
     least :data:`MIN_DISCORDANT` of them McNemar's exact ``p`` and its BH ``q`` (null
@@ -81,9 +97,7 @@ def label_tests(pairs: PairHits) -> pl.DataFrame:
     p = np.full(present.shape[0], np.nan)
     smaller = np.minimum(a_only, b_only)[testable]
     p[testable] = np.minimum(1.0, 2 * stats.binom.cdf(smaller, discordant[testable], 0.5))
-    q = np.full(present.shape[0], np.nan)
-    if testable.any():
-        q[testable] = stats.false_discovery_control(p[testable], method="bh")
+    q = benjamini_hochberg(p)
     return pl.DataFrame(
         {
             "label": present.astype(np.int64),
@@ -109,20 +123,15 @@ def key_tests(pairs: PairHits, keys: dict[str, np.ndarray]) -> pl.DataFrame:
         recall_a, recall_b = ratio(sums.grouped(hit_a), seen), ratio(sums.grouped(hit_b), seen)
         for name, mask in masks.items():
             changes[name].append(mean_over(recall_b, mask) - mean_over(recall_a, mask))
-    tail = (1.0 - LEVEL) / 2
     low, high, p = [], [], []
     for name in masks:
         d = np.concatenate(changes[name])
-        defined = d[~np.isnan(d)]
-        bounds = np.quantile(defined, [tail, 1 - tail]) if defined.size else [np.nan, np.nan]
-        low.append(float(bounds[0]))
-        high.append(float(bounds[1]))
+        bounds = percentile_interval(d) or (np.nan, np.nan)
+        low.append(bounds[0])
+        high.append(bounds[1])
         p.append(bootstrap_p(d))
     p_values = np.asarray(p)
-    q = np.full(p_values.shape[0], np.nan)
-    defined_p = ~np.isnan(p_values)
-    if defined_p.any():
-        q[defined_p] = stats.false_discovery_control(p_values[defined_p], method="bh")
+    q = benjamini_hochberg(p_values)
     return pl.DataFrame(
         {"key": list(masks), "change_low": low, "change_high": high, "p": p_values, "q": q}
     ).with_columns(pl.col("change_low", "change_high", "p", "q").fill_nan(None))

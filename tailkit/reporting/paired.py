@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.evaluation.intervals import LEVEL, Metrics, Resampler, metric_set
+from tailkit.evaluation.intervals import Metrics, Resampler, metric_set, percentile_interval
 from tailkit.evaluation.metrics import split_inverse_propensity
 from tailkit.evaluation.outcomes import Outcomes, read_outcomes
 from tailkit.groups import DEFAULT_GROUPS, GroupThresholds
@@ -177,14 +177,11 @@ def seed_mean(values: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def half_width(values: np.ndarray) -> float | None:
-    """Half the width of the percentile interval at :data:`~tailkit.evaluation.intervals.LEVEL`
-    of resampled ``values`` (None when no resample defines it)."""
-    defined = values[~np.isnan(values)]
-    if not defined.size:
-        return None
-    tail = (1.0 - LEVEL) / 2
-    low, high = np.quantile(defined, [tail, 1.0 - tail])
-    return float(high - low) / 2
+    """Half the width of the percentile interval of resampled ``values``
+    (:func:`~tailkit.evaluation.intervals.percentile_interval`; None when no resample defines
+    it)."""
+    found = percentile_interval(values)
+    return None if found is None else (found[1] - found[0]) / 2
 
 
 def study_pairing(
