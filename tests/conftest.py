@@ -130,6 +130,17 @@ def run(cmd: list[str], cwd: Path, check: bool = True, **env: str) -> subprocess
     return result
 
 
+def prepare_stages(params, layout, registry, feature_set: str) -> None:
+    """Run download, subsample, featurize ``feature_set`` and fit-sampler in-process: the
+    inputs every train stage of ``params`` reads, without DVC."""
+    from tailkit.stages import download, featurize, fit_sampler, subsample
+
+    download.run(params, layout, registry)
+    subsample.run(params, layout, registry)
+    featurize.run(params, layout, registry, feature_set)
+    fit_sampler.run(params, layout, registry)
+
+
 def make_project(path: Path, params: dict) -> Path:
     """A git + DVC repo holding our dvc.yaml, the package sources it depends on, and params."""
     path.mkdir(parents=True, exist_ok=True)

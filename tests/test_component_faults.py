@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import prepare_stages
 
 from tailkit.components import Encoder
 from tailkit.errors import ComponentFault, PluginError
@@ -17,7 +18,7 @@ from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.registry import make_registry
-from tailkit.stages import download, featurize, fit_sampler, subsample, train
+from tailkit.stages import train
 from tailkit.training.loop import check_sampled_ids
 
 
@@ -89,10 +90,7 @@ PARAMS = {
 def prepared(tmp_path_factory):
     params = parse_params(PARAMS, "test-params")
     layout = Layout(tmp_path_factory.mktemp("faults"))
-    download.run(params, layout, REGISTRY)
-    subsample.run(params, layout, REGISTRY)
-    featurize.run(params, layout, REGISTRY, "rff")
-    fit_sampler.run(params, layout, REGISTRY)
+    prepare_stages(params, layout, REGISTRY, "rff")
     return params, layout
 
 

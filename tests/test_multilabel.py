@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 import torch
+from conftest import prepare_stages
 
 from tailkit import hookimpl
 from tailkit.components import RawData
@@ -209,10 +210,7 @@ def _params(**subsample):
 def prepared(tmp_path_factory) -> tuple[object, Layout]:
     params = _params()
     layout = Layout(tmp_path_factory.mktemp("multilabel"))
-    download.run(params, layout, REGISTRY)
-    subsample.run(params, layout, REGISTRY)
-    featurize.run(params, layout, REGISTRY, "tfidf-svd")
-    fit_sampler.run(params, layout, REGISTRY)
+    prepare_stages(params, layout, REGISTRY, "tfidf-svd")
     return params, layout
 
 

@@ -16,6 +16,7 @@ import pytest
 import scipy.sparse as sp
 import yaml
 from click.testing import CliRunner
+from conftest import prepare_stages
 
 from tailkit import hookimpl
 from tailkit.cli import cli
@@ -26,7 +27,7 @@ from tailkit.paths import Layout
 from tailkit.pipeline import predict_new_rows as predicting
 from tailkit.plugins.datasets.geonames import PLACES, GeoNames
 from tailkit.registry import make_registry
-from tailkit.stages import download, evaluate, featurize, fit_sampler, subsample, train
+from tailkit.stages import download, evaluate, featurize, subsample, train
 from tailkit.storage import tensorfile
 from tailkit.storage.feature_cache import read_features
 from tailkit.storage.splits import read_labels, read_split
@@ -105,10 +106,7 @@ DENSE = {
 def dense(tmp_path_factory):
     params = parse_params(DENSE, "test-params")
     layout = Layout(tmp_path_factory.mktemp("predict"))
-    download.run(params, layout, REGISTRY)
-    subsample.run(params, layout, REGISTRY)
-    featurize.run(params, layout, REGISTRY, "rff")
-    fit_sampler.run(params, layout, REGISTRY)
+    prepare_stages(params, layout, REGISTRY, "rff")
     metrics = {}
     for name in DENSE["experiments"]:
         train.run(params, layout, REGISTRY, name)
