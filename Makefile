@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export DVC_STUDIO_OFFLINE := true
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install repro test test-fast lint bench golden cli-docs gpu-check clean
+.PHONY: install repro test test-fast lint bench golden cli-docs gpu-check browser clean
 
 install: $(STAMP)
 
@@ -28,11 +28,17 @@ JOBS ?= 2
 repro: $(STAMP)
 	$(BIN)/python -m tailkit repro --jobs $(JOBS)
 	@cat reports/summary.md
+	@echo "The study's page: reports/index.html (open it in a browser; it needs no server)."
 
 # mypy first: the plugin seam strictly, the rest at the default level (pyproject.toml).
 test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest --durations=25
+
+# The browser the HTML pages' tests drive (tests/browser.py): Debian's Chromium. Elsewhere,
+# install any Chromium or Chrome and set TAILKIT_CHROMIUM to its binary.
+browser:
+	apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium)
 
 # The unit tier, under three minutes on 2 cores: everything but the end-to-end runs of dvc, pip
 # and several processes and the tests over a second (tests/slow_tests.txt).

@@ -497,6 +497,12 @@ def plan(
     help="Write here instead of stdout (required for parquet).",
 )
 @click.option("--no-figure", is_flag=True, help="Skip the PNG under reports/compare/.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the comparison's page here: one file that opens offline in a browser.",
+)
 def compare(
     a: str,
     b: str,
@@ -507,6 +513,7 @@ def compare(
     fmt: str,
     out: Path | None,
     no_figure: bool,
+    html_path: Path | None,
 ) -> None:
     """Per-class comparison of B against A: EXP (workspace), EXP@REV (git revision or DVC
     experiment) or NAME:EXP (as `tailkit report --exps` names rows)."""
@@ -529,6 +536,12 @@ def compare(
             outcomes=(first, second),
         )
         figure = None if no_figure else module.draw(result, module.figure_path(root, result))
+        if html_path is not None:
+            from tailkit.reporting.html.comparison import comparison_page
+            from tailkit.storage.atomic import atomic_path
+
+            with atomic_path(html_path) as tmp:
+                tmp.write_text(comparison_page(result, (first, second)))
         return module.render(result, fmt), figure
 
     text, figure = _guard(run)
@@ -541,6 +554,8 @@ def compare(
         click.echo(text, nl=False)
     if figure is not None:
         click.echo(f"compare: figure {figure}", err=True)
+    if html_path is not None:
+        click.echo(f"compare: page {html_path} (open it in a browser)", err=True)
 
 
 @cli.command()

@@ -33,12 +33,19 @@ STAGE_MODULES = {
 
 
 def _core_closure(stage_module: str) -> set[str]:
+    """The closure's module files, and the files of an ``assets/`` folder beside one of them
+    (the page scripts the report reads)."""
     closure = codehash.import_closure(f"tailkit.stages.{stage_module}")
-    return {
+    files = {
         "tailkit/" + name.removeprefix("tailkit.").replace(".", "/") + ".py"
         for name in closure
         if not name.startswith("tailkit.plugins.")
     }
+    folders = {(ROOT / f).parent / "assets" for f in files}
+    assets = {
+        p.relative_to(ROOT).as_posix() for d in folders if d.is_dir() for p in d.iterdir()
+    }
+    return files | assets
 
 
 @pytest.mark.parametrize("stage", sorted(STAGE_MODULES))
@@ -53,6 +60,8 @@ def test_each_stage_depends_on_exactly_the_core_modules_it_imports(stage):
     assert f"fingerprints/stages/{module}.json" in deps
     record = codehash.stage_code(module)
     assert set(record["files"]) == _core_closure(module)
+    if stage == "report":  # the page's scripts shape reports/index.html: editing one re-runs it
+        assert "tailkit/reporting/html/assets/study.js" in record["files"]
     assert record["module"] == f"tailkit.stages.{module}"
     # built-in components come in through their fingerprints, like third-party ones
     assert not any(f.startswith("tailkit/plugins") for f in record["files"])

@@ -215,6 +215,11 @@ def test_the_command_prints_one_error_line_and_writes_its_outputs(tmp_path, monk
     assert done.exit_code == 0, done.output
     assert pl.read_parquet(out)["table"].to_list()[-1] == "lost"
     assert (tmp_path / "reports" / "compare" / "a--b.png").read_bytes().startswith(b"\x89PNG")
+    page = tmp_path / "cmp.html"
+    done = runner.invoke(cli, ["compare", "a", "b", "--no-figure", "--html", str(page)])
+    assert done.exit_code == 0, done.output
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and '"b":"b"' in text and '"tested":false' in text
 
 
 def test_labels_with_few_test_rows_are_left_out_of_the_lists_and_counted():

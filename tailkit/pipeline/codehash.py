@@ -127,14 +127,28 @@ def digest(hashes: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
+def asset_hashes(modules: Iterable[Path]) -> dict[str, str]:
+    """The files of an ``assets/`` folder beside a module (the scripts and styles a page
+    builder reads, not imports): code that shapes an output like the module itself."""
+    out = {}
+    for folder in sorted({m.parent / "assets" for m in modules}):
+        if folder.is_dir():
+            base = _relative(folder.parent / "__init__.py").rpartition("/")[0]
+            for f in sorted(p for p in folder.iterdir() if p.is_file()):
+                out[f"{base}/assets/{f.name}"] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
 def module_fingerprint(module: str, *, plugins: bool = True) -> dict[str, Any]:
-    """The files of ``module``'s closure in tailkit and their hashes (a stage's own code);
-    without ``plugins``, the closure leaves tailkit's plugin modules out."""
+    """The files of ``module``'s closure in tailkit and their hashes (a stage's own code,
+    with :func:`asset_hashes`); without ``plugins``, the closure leaves tailkit's plugin
+    modules out."""
     closure = import_closure(module)
-    files = file_hashes(
+    paths = [
         path for name, path in closure.items() if plugins or not name.startswith(f"{CORE}.plugins.")
-    )
-    return {"module": module, "files": files, "sha256": digest(files)}
+    ]
+    files = file_hashes(paths) | asset_hashes(paths)
+    return {"module": module, "files": dict(sorted(files.items())), "sha256": digest(files)}
 
 
 def stage_code(stage: str) -> dict[str, Any]:

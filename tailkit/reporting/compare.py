@@ -206,6 +206,8 @@ class Comparison:
     significant_losses: pl.DataFrame | None = None
     testable: int = 0  # labels with enough discordant rows for McNemar's test
     untested: str = ""  # why the changes carry no test ("" when they do)
+    # every compared label: id, name, counts, both values, change (and its test's columns)
+    labels: pl.DataFrame | None = None
 
     @property
     def data_key(self) -> str:
@@ -341,6 +343,7 @@ def compare(
         *significant,
         testable,
         untested,
+        joined,
     )
 
 

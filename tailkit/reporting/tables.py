@@ -192,6 +192,27 @@ WITHIN_SPREAD = "≈"
 UNPAIRED = "†"
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One value of the comparison table as both renderings show it."""
+
+    text: str  # the number with its ± (no marks)
+    value: float | None
+    spread: float | None  # the ± shown: half an interval or a std over seeds
+    best: bool = False
+    tie: bool = False  # not told apart from the column's best (:data:`WITHIN_SPREAD`)
+    p_value: float | None = None  # Holm-adjusted, paired against the best
+
+
+@dataclass(frozen=True)
+class TableRow:
+    name: str
+    method: str
+    seeds: int
+    unpaired: bool
+    cells: tuple[Cell, ...]
+
+
 def _cell(
     col: Column,
     value: float | None,
@@ -199,24 +220,31 @@ def _cell(
     best: dict[str, tuple[float, float | None, str]],
     half: float | None = None,
     p_value: float | None = None,
-) -> str:
+) -> Cell:
     if value is None:
-        return "–"
+        return Cell("–", None, None)
     text = _number(col, value)
+    spread = std if std is not None else half
     if std is not None:
         text += f" ± {_number(col, std)}"
     elif half is not None:
         text += f" ±{_number(col, half)}"
     if col.header not in best:
-        return text
+        return Cell(text, value, spread)
     top, top_std, _ = best[col.header]
     if value == top:
-        return f"**{text}**"
+        return Cell(text, value, spread, best=True)
     if p_value is not None:  # paired with the best: Holm-adjusted p of the difference
-        return f"{text} {WITHIN_SPREAD}" if p_value >= ALPHA else text
+        return Cell(text, value, spread, tie=p_value >= ALPHA, p_value=p_value)
     # A gap smaller than either run's standard deviation over its seeds: not told apart.
-    spread = max(s for s in (std, top_std, 0.0) if s is not None)
-    return f"{text} {WITHIN_SPREAD}" if abs(value - top) < spread else text
+    gap = max(s for s in (std, top_std, 0.0) if s is not None)
+    return Cell(text, value, spread, tie=abs(value - top) < gap)
+
+
+def markdown_cell(cell: Cell) -> str:
+    if cell.best:
+        return f"**{cell.text}**"
+    return f"{cell.text} {WITHIN_SPREAD}" if cell.tie else cell.text
 
 
 def interval_halves(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
@@ -254,27 +282,23 @@ def column_p_values(
     return out
 
 
-def comparison_table(
+def comparison_rows(
     runs: Sequence[Run],
-    columns: Sequence[Column] | None = None,
+    columns: Sequence[Column],
     pairing: Pairing | None = None,
-) -> str:
+) -> list[TableRow]:
     """One row per experiment and source: its value ±half the width of its 95 % bootstrap
     interval (for several seeds paired by ``pairing``, the interval of their mean over
     resampled rows; unpaired, the mean ± the std over the seeds), the best value of each
-    column in bold, and :data:`WITHIN_SPREAD` after the values not told apart from it: by the
-    paired test of ``pairing`` (:func:`tailkit.reporting.paired.study_pairing`) where both
-    rows have one, else by the spread over the seeds. :data:`UNPAIRED` marks the rows
-    ``pairing`` could not pair."""
-    columns = columns_for(runs) if columns is None else columns
+    column marked, and a tie for the values not told apart from it: by the paired test of
+    ``pairing`` (:func:`tailkit.reporting.paired.study_pairing`) where both rows have one,
+    else by the spread over the seeds. ``unpaired``: a row ``pairing`` could not pair."""
     summary = seed_summary(runs_frame(runs), [_dotted(c) for c in columns])
     best = best_values(summary, columns)
-    several = cast(int, summary["seeds"].max()) > 1 if len(summary) else False
-    head = ["experiment", "method", *(["seeds"] if several else []), *(c.header for c in columns)]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     halves = interval_halves(runs)
     tested = column_p_values(summary, columns, best, pairing) if pairing else {}
     unpaired = pairing.unpaired if pairing and pairing.values else set()
+    out = []
     for row in summary.iter_rows(named=True):
         name = row["name"]
         half = halves.get(name, {}) if row["seeds"] == 1 else {}
@@ -289,9 +313,28 @@ def comparison_table(
                 std, shown_half = None, seeds_half[metric]
             p_value = tested.get(c.header, {}).get(name)
             cells.append(_cell(c, row.get(_dotted(c)), std, best, shown_half, p_value))
-        seeds = [str(row["seeds"])] if several else []
-        shown = f"{name} {UNPAIRED}" if name in unpaired else name
-        lines.append(f"| {shown} | {row['method']} | " + " | ".join(seeds + cells) + " |")
+        out.append(TableRow(name, row["method"], row["seeds"], name in unpaired, tuple(cells)))
+    return out
+
+
+def comparison_table(
+    runs: Sequence[Run],
+    columns: Sequence[Column] | None = None,
+    pairing: Pairing | None = None,
+) -> str:
+    """:func:`comparison_rows` as markdown: the best value of each column in bold,
+    :data:`WITHIN_SPREAD` after the values not told apart from it, :data:`UNPAIRED` after the
+    name of a row that could not be paired; a seeds column where any row has several."""
+    columns = columns_for(runs) if columns is None else columns
+    rows = comparison_rows(runs, columns, pairing)
+    several = any(r.seeds > 1 for r in rows)
+    head = ["experiment", "method", *(["seeds"] if several else []), *(c.header for c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    for row in rows:
+        seeds = [str(row.seeds)] if several else []
+        cells = [markdown_cell(c) for c in row.cells]
+        shown = f"{row.name} {UNPAIRED}" if row.unpaired else row.name
+        lines.append(f"| {shown} | {row.method} | " + " | ".join(seeds + cells) + " |")
     return "\n".join(lines) + "\n"
 
 

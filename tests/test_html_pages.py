@@ -1,0 +1,187 @@
+"""The study and comparison pages: self-contained bytes, bands against a direct bootstrap, and
+what a person sees in a real browser (tests/browser.py): no console error, no request, the
+table's numbers those of the metrics files, sorting, searching and the per-label drill-down."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from browser import open_page
+
+from tailkit.evaluation.intervals import RESAMPLES, SEED
+from tailkit.evaluation.per_class import frequency_bin
+from tailkit.reporting.bands import bin_bands
+from tailkit.reporting.compare import compare
+from tailkit.reporting.html.comparison import comparison_page
+from tailkit.reporting.html.page import packed, render
+from tailkit.testing.comparisons import generated_comparison, label_name
+
+
+def _data_block(page: str) -> dict:
+    found = re.search(
+        r'<script type="application/json" id="tailkit-data">(.*?)</script>', page, re.DOTALL
+    )
+    assert found
+    return json.loads(found.group(1).replace("<\\/", "</"))
+
+
+def _unpacked(value: dict) -> np.ndarray:
+    kind = {"i32": "<i4", "f32": "<f4", "f64": "<f8"}[value["$array"]]
+    return np.frombuffer(base64.b64decode(value["b64"]), dtype=kind)
+
+
+def test_a_page_is_one_file_with_its_data_inline_and_no_address_to_fetch():
+    values = np.array([3, -1, 2**31 - 1], dtype=np.int64)
+    data = {
+        "text": "a </script><script>alert(1)</script> b",
+        "ids": packed(values, "i32"),
+        "x": [0.5, float("nan"), np.float64(2.0)],
+    }
+    page = render("compare", "t", data)
+    assert page == render("compare", "t", data)  # the same data, the same bytes
+    back = _data_block(page)
+    assert back["text"] == data["text"] and back["x"] == [0.5, None, 2.0]
+    assert _unpacked(back["ids"]).tolist() == values.tolist()
+    assert page.count("</script>") == 2  # the data block's and the scripts', nothing injected
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    # the only address in the page is SVG's namespace, which names and fetches nothing
+    assert set(re.findall(r"https?://[^\s\"'<>]+", page)) == {"http://www.w3.org/2000/svg"}
+    assert not re.search(r"\b(src|href)\s*=|@import|url\(|fetch\(|XMLHttpRequest", page)
+
+
+def test_bin_bands_are_the_percentiles_of_a_direct_bootstrap():
+    made = generated_comparison(labels=60, rows=3000, seed=4)
+    first = made.outcomes[0]
+    counts = made.sides[0].frame["train_count"].to_numpy()
+    bands = bin_bands({"a": first}, counts, depth=1)["a"]
+    # the same draws as the Resampler (Philox, one stream per block of 50), then per-label
+    # recall and the bin's mean written out with numpy alone
+    n, truth = first.num_rows, made.truth
+    hit = first.ranked[:, 0] == truth
+    bins = frequency_bin(counts, 4)
+    draws = []
+    for start in range(0, RESAMPLES, 50):
+        rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([SEED, start])))
+        draws.append(rng.integers(0, n, size=(min(50, RESAMPLES - start), n)))
+    means = {int(b): [] for b in np.unique(bins[truth])}
+    for drawn in np.concatenate(draws):
+        seen = np.bincount(truth[drawn], minlength=60)
+        right = np.bincount(truth[drawn], weights=hit[drawn], minlength=60)
+        recall = np.where(seen > 0, right / np.maximum(seen, 1), np.nan)
+        for b, found in means.items():
+            values = recall[(bins == b) & ~np.isnan(recall)]
+            found.append(values.mean() if values.size else np.nan)
+    assert set(bands) == set(means)
+    for b, values in means.items():
+        expected = np.nanquantile(values, [0.025, 0.975])
+        np.testing.assert_allclose(bands[b], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_the_comparison_page_holds_every_label_and_both_runs_rankings():
+    made = generated_comparison(labels=300, rows=6000, seed=1, planted=np.arange(3))
+    result = compare(*made.sides, outcomes=made.outcomes)
+    data = _data_block(comparison_page(result, made.outcomes))
+    assert result.labels is not None
+    ids = _unpacked(data["labels"]["id"])
+    assert ids.tolist() == result.labels["label"].to_list()
+    np.testing.assert_array_equal(
+        _unpacked(data["labels"]["change"]), result.labels["change"].to_numpy().astype(np.float32)
+    )
+    q = _unpacked(data["labels"]["q"])
+    assert np.array_equal(np.isnan(q), result.labels["q"].is_null().to_numpy())
+    ranked = _unpacked(data["rows"]["b"]).reshape(-1, data["rows"]["k"])
+    assert np.array_equal(ranked, made.outcomes[1].ranked)
+    names = data["names"]["text"].split("\n")
+    assert names[17] == label_name(int(_unpacked(data["names"]["ids"])[17]))
+    unnamed = generated_comparison(labels=50, rows=500, named=False)
+    result = compare(*unnamed.sides, outcomes=unnamed.outcomes)
+    assert _data_block(comparison_page(result, unnamed.outcomes))["names"] is None
+
+
+def _number(text: str) -> float:
+    return float(text.split("±")[0].replace("≈", "").strip())
+
+
+def _summary_rows(project: Path) -> list[str]:
+    """The experiments of summary.md's table, in its order."""
+    lines = (project / "reports" / "summary.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| experiment"))
+    table = [line for line in lines[start + 2 :] if line.startswith("| ")]
+    ended = next((i for i, line in enumerate(lines[start:]) if not line.startswith("|")), None)
+    table = lines[start + 2 : start + ended] if ended else table
+    return [line.split("|")[1].strip().removesuffix(" †") for line in table]
+
+
+@pytest.mark.slow
+def test_the_study_page_shows_the_metrics_files_numbers_and_sorts(tiny_project):
+    check_study_page(tiny_project)
+
+
+def check_study_page(project: Path) -> None:
+    experiments = _summary_rows(project)
+    with open_page(project / "reports" / "index.html") as visit:
+        assert visit.problems == [] and visit.outside_requests() == []
+        p = visit.page
+        headers = p.locator("#experiments-table th").all_inner_texts()
+        column = headers.index("accuracy")
+        rows = p.locator("#experiments-table tbody tr")
+        assert rows.count() == len(experiments)
+        shown = {}
+        for i in range(rows.count()):
+            cells = rows.nth(i).locator("td").all_inner_texts()
+            shown[cells[0].removesuffix(" †")] = _number(cells[column])
+        assert list(shown) == experiments  # summary.md's rows, in its order
+        for name, value in shown.items():
+            metrics = json.loads((project / "metrics" / f"{name}.json").read_text())
+            assert value == round(100 * metrics["test"]["accuracy"], 2), name
+        p.locator("#experiments-table th", has_text="accuracy").first.click()
+        order = [
+            _number(t)
+            for t in p.locator(
+                f"#experiments-table tbody tr td:nth-child({column + 1})"
+            ).all_inner_texts()
+        ]
+        assert order == sorted(order, reverse=True)
+        assert p.locator("#experiments-table th[aria-sort=descending]").inner_text() == "accuracy"
+        rows.first.click()  # its settings and code open under it
+        assert "loss.name" in p.locator("#experiments-table tr.details").inner_text()
+        assert p.locator("#curves svg").count() == 4 and p.locator("#bins polygon").count() > 0
+        visit.screenshot("study.png")
+
+
+@pytest.mark.slow
+def test_the_comparison_page_finds_a_label_by_name_and_shows_its_rows(tmp_path):
+    made = generated_comparison(labels=400, rows=8000, seed=2, planted=np.arange(4))
+    result = compare(*made.sides, outcomes=made.outcomes)
+    assert result.labels is not None
+    out = tmp_path / "compare.html"
+    out.write_text(comparison_page(result, made.outcomes))
+    with open_page(out) as visit:
+        assert visit.problems == [] and visit.outside_requests() == []
+        p = visit.page
+        search = p.locator("#label-table input[type=search]")
+        search.fill("glacier")
+        expected = sum("glacier" in label_name(j) for j in result.labels["label"].to_list())
+        assert p.locator("#label-table .vcount").inner_text().startswith(f"{expected:,} of")
+        search.fill(label_name(17))
+        first = p.locator("#label-table tbody tr").first
+        assert first.locator("td").first.inner_text() == "17"
+        first.click()
+        assert label_name(17) in p.locator("#drill h3").inner_text()
+        test_rows = int(np.count_nonzero(made.truth == 17))
+        assert p.locator("#drill-rows tbody tr").count() == min(test_rows, 200)
+        assert p.locator("#drill-rows .hit").count() > 0  # the label, marked in the top-k
+        search.fill("")
+        p.locator("#label-table th", has_text="change").click()
+        changes = [
+            float(t) for t in p.locator("#label-table tbody td:nth-child(7)").all_inner_texts()
+        ]
+        top = np.sort(100 * result.labels["change"].to_numpy())[::-1][: len(changes)]
+        np.testing.assert_allclose(changes, np.round(top, 2), atol=0.006)
+        assert p.locator("#volcano canvas").count() == 1
+        visit.screenshot("compare.png")
