@@ -8,6 +8,7 @@ its own file). A test skips, saying how to get one, only where no browser can be
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -86,3 +87,52 @@ def open_page(path: Path, width: int = 1280, height: int = 900) -> Iterator[Visi
             yield visit
         finally:
             browser.close()
+
+
+def _number(text: str) -> float:
+    return float(text.split("±")[0].replace("≈", "").strip())
+
+
+def _summary_rows(project: Path) -> list[str]:
+    """The experiments of summary.md's table, in its order."""
+    lines = (project / "reports" / "summary.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| experiment"))
+    table = [line for line in lines[start + 2 :] if line.startswith("| ")]
+    ended = next((i for i, line in enumerate(lines[start:]) if not line.startswith("|")), None)
+    table = lines[start + 2 : start + ended] if ended else table
+    return [line.split("|")[1].strip().removesuffix(" †") for line in table]
+
+
+def check_study_page(project: Path, header: str = "accuracy", key: str = "accuracy") -> None:
+    """Open ``project``'s reports/index.html and check what a reader sees against
+    summary.md's rows and metrics/*.json's ``test.<key>`` (the ``header`` column); sort by it;
+    open a row's settings; a screenshot to test-artifacts/<project name>-study.png."""
+    experiments = _summary_rows(project)
+    with open_page(project / "reports" / "index.html") as visit:
+        assert visit.problems == [] and visit.outside_requests() == []
+        p = visit.page
+        headers = p.locator("#experiments-table th").all_inner_texts()
+        column = headers.index(header)
+        rows = p.locator("#experiments-table tbody tr")
+        assert rows.count() == len(experiments)
+        shown = {}
+        for i in range(rows.count()):
+            cells = rows.nth(i).locator("td").all_inner_texts()
+            shown[cells[0].removesuffix(" †")] = _number(cells[column])
+        assert list(shown) == experiments  # summary.md's rows, in its order
+        for name, value in shown.items():
+            metrics = json.loads((project / "metrics" / f"{name}.json").read_text())
+            assert value == round(100 * metrics["test"][key], 2), name
+        p.locator(f"#experiments-table th[data-key='test.{key}']").click()
+        order = [
+            _number(t)
+            for t in p.locator(
+                f"#experiments-table tbody tr td:nth-child({column + 1})"
+            ).all_inner_texts()
+        ]
+        assert order == sorted(order, reverse=True)
+        assert p.locator("#experiments-table th[aria-sort=descending]").inner_text() == header
+        rows.first.click()  # its settings and code open under it
+        assert "model.name" in p.locator("#experiments-table tr.details").inner_text()
+        assert p.locator("#curves svg").count() == 4 and p.locator("#bins polygon").count() > 0
+        visit.screenshot(f"{project.name}-study.png")

@@ -42,9 +42,7 @@ def _core_closure(stage_module: str) -> set[str]:
         if not name.startswith("tailkit.plugins.")
     }
     folders = {(ROOT / f).parent / "assets" for f in files}
-    assets = {
-        p.relative_to(ROOT).as_posix() for d in folders if d.is_dir() for p in d.iterdir()
-    }
+    assets = {p.relative_to(ROOT).as_posix() for d in folders if d.is_dir() for p in d.iterdir()}
     return files | assets
 
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import base64
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from browser import open_page
+from browser import check_study_page, open_page
 
 from tailkit.evaluation.intervals import RESAMPLES, SEED
 from tailkit.evaluation.per_class import frequency_bin
@@ -103,55 +102,9 @@ def test_the_comparison_page_holds_every_label_and_both_runs_rankings():
     assert _data_block(comparison_page(result, unnamed.outcomes))["names"] is None
 
 
-def _number(text: str) -> float:
-    return float(text.split("±")[0].replace("≈", "").strip())
-
-
-def _summary_rows(project: Path) -> list[str]:
-    """The experiments of summary.md's table, in its order."""
-    lines = (project / "reports" / "summary.md").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| experiment"))
-    table = [line for line in lines[start + 2 :] if line.startswith("| ")]
-    ended = next((i for i, line in enumerate(lines[start:]) if not line.startswith("|")), None)
-    table = lines[start + 2 : start + ended] if ended else table
-    return [line.split("|")[1].strip().removesuffix(" †") for line in table]
-
-
 @pytest.mark.slow
 def test_the_study_page_shows_the_metrics_files_numbers_and_sorts(tiny_project):
     check_study_page(tiny_project)
-
-
-def check_study_page(project: Path) -> None:
-    experiments = _summary_rows(project)
-    with open_page(project / "reports" / "index.html") as visit:
-        assert visit.problems == [] and visit.outside_requests() == []
-        p = visit.page
-        headers = p.locator("#experiments-table th").all_inner_texts()
-        column = headers.index("accuracy")
-        rows = p.locator("#experiments-table tbody tr")
-        assert rows.count() == len(experiments)
-        shown = {}
-        for i in range(rows.count()):
-            cells = rows.nth(i).locator("td").all_inner_texts()
-            shown[cells[0].removesuffix(" †")] = _number(cells[column])
-        assert list(shown) == experiments  # summary.md's rows, in its order
-        for name, value in shown.items():
-            metrics = json.loads((project / "metrics" / f"{name}.json").read_text())
-            assert value == round(100 * metrics["test"]["accuracy"], 2), name
-        p.locator("#experiments-table th", has_text="accuracy").first.click()
-        order = [
-            _number(t)
-            for t in p.locator(
-                f"#experiments-table tbody tr td:nth-child({column + 1})"
-            ).all_inner_texts()
-        ]
-        assert order == sorted(order, reverse=True)
-        assert p.locator("#experiments-table th[aria-sort=descending]").inner_text() == "accuracy"
-        rows.first.click()  # its settings and code open under it
-        assert "loss.name" in p.locator("#experiments-table tr.details").inner_text()
-        assert p.locator("#curves svg").count() == 4 and p.locator("#bins polygon").count() > 0
-        visit.screenshot("study.png")
 
 
 @pytest.mark.slow

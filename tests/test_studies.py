@@ -257,6 +257,7 @@ def test_a_multilabel_study_runs_under_dvc_repro(tmp_path: Path, monkeypatch) ->
     itself): a multi-label evaluate once left plots/eval/<experiment> unwritten and DVC
     stopped there."""
     import yaml
+    from browser import check_study_page
     from conftest import make_project, run
 
     study = yaml.safe_load((STUDIES[0].parent / "eurlex-4k.yaml").read_text())
@@ -273,6 +274,7 @@ def test_a_multilabel_study_runs_under_dvc_repro(tmp_path: Path, monkeypatch) ->
     for name in small["experiments"]:
         assert name in summary
     assert "P@1" in summary
+    check_study_page(project, header="P@1", key="P@1")  # the page, in a real browser
 
 
 @pytest.mark.slow

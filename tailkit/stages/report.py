@@ -52,7 +52,6 @@ from tailkit.reporting.tables import columns_for, export_runs, settings_tables
 from tailkit.storage.atomic import atomic_path
 from tailkit.storage.splits import read_meta
 
-
 #: The study's page, beside summary.md.
 PAGE = "index.html"
 

@@ -99,12 +99,16 @@ function extent(arrays, pad) {
   return [lo - p, hi + p];
 }
 
+// Percent tick labels with as many decimals as the ticks' step needs.
+TK.pctTick = (v, step) => TK.pct(v, step * 100 >= 1 ? 0 : step * 100 >= 0.1 ? 1 : 2);
+
 function axes(svg, x, y, box, o) {
   const g = TK.svg("g", { class: "axes" }, svg);
-  for (const t of y.ticks()) {
+  const yTicks = y.ticks(), step = yTicks.length > 1 ? Math.abs(yTicks[1] - yTicks[0]) : 1;
+  for (const t of yTicks) {
     TK.svg("line", { x1: box.left, x2: box.right, y1: y(t), y2: y(t), class: "grid" }, g);
     TK.svg("text", { x: box.left - 6, y: y(t) + 4, "text-anchor": "end" }, g).textContent =
-      o.yFormat ? o.yFormat(t) : TK.num(t);
+      o.yFormat ? o.yFormat(t, step) : TK.num(t);
   }
   for (const t of x.ticks()) {
     TK.svg("line", { x1: x(t), x2: x(t), y1: box.bottom, y2: box.bottom + 5, class: "tick" }, g);
@@ -137,7 +141,10 @@ TK.lineChart = function (parent, o) {
   const box = { left: 58, right: W - 12, top: 10, bottom: H - 44 };
   const svg = TK.svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
     "aria-label": o.title || "" }, wrap);
-  const xs = o.series.map((s) => s.x), ys = o.series.flatMap((s) => [s.y, s.low || [], s.high || []]);
+  // a log axis has no place for x ≤ 0: such points are left out (the caller says so)
+  const drawn = (s, j) => (!o.xLog || s.x[j] > 0) && s.y[j] !== null && Number.isFinite(s.y[j]);
+  const xs = o.series.map((s) => Array.from(s.x).filter((v) => !o.xLog || v > 0));
+  const ys = o.series.flatMap((s) => [s.y, s.low || [], s.high || []]);
   const [x0, x1] = extent(xs, 0);
   const [y0, y1] = o.yDomain || extent(ys, 0.05);
   const x = TK.scale(o.xLog ? Math.max(x0, 1e-3) : x0, x1, box.left, box.right, o.xLog);
@@ -146,7 +153,7 @@ TK.lineChart = function (parent, o) {
   const layers = o.series.map((s, i) => {
     const g = TK.svg("g", { class: "series", "data-series": s.name }, svg);
     const pts = [];
-    for (let j = 0; j < s.x.length; j++) if (s.y[j] !== null && Number.isFinite(s.y[j])) pts.push(j);
+    for (let j = 0; j < s.x.length; j++) if (drawn(s, j)) pts.push(j);
     if (s.low && s.high) {
       const up = pts.filter((j) => s.low[j] !== null && s.high[j] !== null);
       if (up.length) {

@@ -88,11 +88,18 @@
   TK.lineChart(curves, {
     title: `mean per-label ${data.metric} per quarter octave`, xLabel: "training rows of the label",
     yLabel: data.metric, xLog: true, width: 1040, height: 340, fmt: (v) => TK.pct(v),
-    yFormat: (v) => TK.pct(v, 0),
+    yFormat: TK.pctTick,
     series: [data.a, data.b].map((name, s) => ({ name, x: data.curves.train_count,
       y: s ? data.curves.b : data.curves.a,
       note: (j) => `; ${data.curves.labels[j]} labels, ${data.curves.test_rows[j]} test rows` })),
   });
+
+  let unseen = 0;
+  data.curves.train_count.forEach((c, j) => { if (!(c > 0)) unseen += data.curves.labels[j]; });
+  if (unseen) {
+    TK.el("p", { class: "hint", id: "unseen-labels" }, curves, `${unseen.toLocaleString("en")} label${unseen === 1 ? "" : "s"} ` +
+      "with no training row are not drawn here (the axis is logarithmic); the tables count them.");
+  }
 
   let volcano = null;
   if (data.tested) {

@@ -18,7 +18,7 @@
   const results = section("Experiments", "experiments");
   const columns = [{ key: "experiment", label: "experiment" }, { key: "method", label: "method" }];
   if (data.table.several) columns.push({ key: "seeds", label: "seeds", numeric: true });
-  data.table.columns.forEach((c, j) => columns.push({ key: `c${j}`, label: c.header, numeric: true,
+  data.table.columns.forEach((c) => columns.push({ key: c.key, label: c.header, numeric: true,
     descending: c.higher, title: c.key }));
   const rows = data.table.rows.map((r) => {
     const row = {
@@ -27,7 +27,7 @@
       seeds: { text: String(r.seeds), value: r.seeds },
     };
     r.cells.forEach((c, j) => {
-      row[`c${j}`] = {
+      row[data.table.columns[j].key] = {
         text: c.text + (c.tie ? " ≈" : ""),
         value: c.value,
         cls: c.best ? "best" : c.tie ? "tie" : "",
@@ -69,7 +69,7 @@
       TK.lineChart(grid, {
         title: `${label} against ${axis === "step" ? "steps" : "seconds"}`,
         xLabel: axis, yLabel: label, fmt: (v) => TK.pct(v),
-        yFormat: (v) => TK.pct(v, 0),
+        yFormat: TK.pctTick,
         series: names.map((n) => ({ name: n, x: data.curves[n][axis], y: data.curves[n][metric] })),
       });
     }
@@ -79,7 +79,7 @@
   const groups = section(data.groups_title, "groups");
   TK.barChart(groups, {
     title: data.groups_title, categories: data.groups.names, yLabel: data.groups_axis,
-    fmt: (v) => TK.pct(v), yFormat: (v) => TK.pct(v, 0),
+    fmt: (v) => TK.pct(v), yFormat: TK.pctTick,
     series: data.groups.series,
   });
 
@@ -88,7 +88,7 @@
   const binNames = Object.keys(data.bins);
   TK.lineChart(bins, {
     title: data.bins_title, xLabel: "training rows of the label", yLabel: data.bins_axis,
-    xLog: true, width: 1040, height: 380, fmt: (v) => TK.pct(v), yFormat: (v) => TK.pct(v, 0),
+    xLog: true, width: 1040, height: 380, fmt: (v) => TK.pct(v), yFormat: TK.pctTick,
     series: binNames.map((n) => {
       const b = data.bins[n];
       return { name: n, x: b.train_count, y: b.value, low: b.low, high: b.high,
@@ -96,6 +96,15 @@
     }),
   });
   TK.el("p", { class: "hint" }, bins, data.bins_note);
+  const unseen = binNames.length ? data.bins[binNames[0]] : null;
+  if (unseen) {
+    let labels = 0;
+    unseen.train_count.forEach((c, j) => { if (!(c > 0)) labels += unseen.labels[j]; });
+    if (labels) {
+      TK.el("p", { class: "hint", id: "unseen-labels" }, bins, `${labels.toLocaleString("en")} label${labels === 1 ? "" : "s"} with ` +
+        "no training row are not drawn here (the axis is logarithmic).");
+    }
+  }
 
   // Samplers and provenance.
   if (Object.keys(data.samplers).length) {
