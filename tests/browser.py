@@ -115,14 +115,21 @@ def check_study_page(project: Path, header: str = "accuracy", key: str = "accura
         column = headers.index(header)
         rows = p.locator("#experiments-table tbody tr")
         assert rows.count() == len(experiments)
-        shown = {}
-        for i in range(rows.count()):
+        keys = [
+            p.locator("#experiments-table th").nth(j).get_attribute("data-key")
+            for j in range(len(headers))
+        ]
+        names = []
+        for i in range(rows.count()):  # every test metric of every row, as the files hold it
             cells = rows.nth(i).locator("td").all_inner_texts()
-            shown[cells[0].removesuffix(" †")] = _number(cells[column])
-        assert list(shown) == experiments  # summary.md's rows, in its order
-        for name, value in shown.items():
-            metrics = json.loads((project / "metrics" / f"{name}.json").read_text())
-            assert value == round(100 * metrics["test"][key], 2), name
+            names.append(cells[0].removesuffix(" †"))
+            detail = json.loads((project / "metrics" / "detail" / f"{names[-1]}.json").read_text())
+            for text, dotted in zip(cells, keys, strict=True):
+                if dotted and dotted.startswith("test."):
+                    value = detail["test"].get(dotted.removeprefix("test."))
+                    expected = "–" if value is None else round(100 * value, 2)
+                    assert (text if text == "–" else _number(text)) == expected, (names[-1], dotted)
+        assert names == experiments  # summary.md's rows, in its order
         p.locator(f"#experiments-table th[data-key='test.{key}']").click()
         order = [
             _number(t)

@@ -27,6 +27,9 @@
     return found === undefined || found === "" ? String(id) : found;
   };
 
+  // "name (id)" where labels have names, the id alone where they do not
+  const named = (id) => (data.names ? `${nameOf(id)} (${id})` : String(id));
+
   TK.el("h1", {}, page, `${data.b} against ${data.a}`);
   TK.el("p", { class: "lead" }, page,
     `Per-label ${data.metric} of ${n.toLocaleString("en")} labels with test rows; change = ` +
@@ -171,7 +174,14 @@
     TK.el("p", {}, drill, line);
     if (volcano && volcano.indexOf) volcano.mark(volcano.indexOf.has(i) ? volcano.indexOf.get(i) : -1);
     if (!data.rows) { TK.el("p", { class: "hint" }, drill, "No row outcomes: the rows cannot be shown."); return; }
-    const R = data.rows, rows = labelRows(id), k = R.k;
+    const R = data.rows, k = R.k;
+    const ranks = (ranked, r) => { for (let j = 0; j < k; j++) if (ranked[r * k + j] === id) return j; return k; };
+    // the rows where the runs differ (one ranks the label within the metric's depth, the
+    // other not) come first
+    const depth = Number(data.metric.split("@")[1]) || 1;
+    const differs = (r) => (ranks(R.a, r) < depth) !== (ranks(R.b, r) < depth);
+    const all = labelRows(id);
+    const rows = all.filter(differs).concat(all.filter((r) => !differs(r)));
     const t = TK.el("table", { class: "grid-table", id: "drill-rows" }, drill);
     const head = TK.el("tr", {}, TK.el("thead", {}, t));
     for (const h of ["test row", "true labels", `${data.a} top-${k}`, `${data.b} top-${k}`]) TK.el("th", {}, head, h);
@@ -180,19 +190,23 @@
       for (let j = 0; j < k; j++) {
         const l = ranked[r * k + j];
         if (l < 0) continue;
-        TK.el("span", { class: l === id ? "hit" : "" }, td, (j ? ", " : "") + nameOf(l));
+        if (td.childNodes.length) td.appendChild(document.createTextNode(", "));
+        TK.el("span", { class: l === id ? "hit" : "" }, td, named(l));
       }
     };
     for (const r of rows.slice(0, LIMIT)) {
       const tr = TK.el("tr", {}, body);
       TK.el("td", { class: "num" }, tr, String(R.row[r]));
       const truth = [];
-      for (let j = R.indptr[r]; j < R.indptr[r + 1]; j++) truth.push(nameOf(R.truth[j]));
+      for (let j = R.indptr[r]; j < R.indptr[r + 1]; j++) truth.push(named(R.truth[j]));
       TK.el("td", { style: "white-space:normal" }, tr, truth.join(", "));
       ranking(R.a, r, TK.el("td", { style: "white-space:normal" }, tr));
       ranking(R.b, r, TK.el("td", { style: "white-space:normal" }, tr));
     }
-    if (rows.length > LIMIT) TK.el("p", { class: "hint" }, drill, `The first ${LIMIT} of ${rows.length} rows.`);
+    const split = all.filter(differs).length;
+    const within = depth === 1 ? "first" : `within the top ${depth}`;
+    TK.el("p", { class: "hint" }, drill, `${split} of ${rows.length} rows rank it ${within} in one run only; ` +
+      "they come first" + (rows.length > LIMIT ? `; the first ${LIMIT} rows are shown.` : "."));
     drill.dataset.label = String(id);
   }
   page.labelTable = labelTable;

@@ -128,6 +128,8 @@ TK.virtualTable = function (parent, n, columns, o = {}) {
       filtered = Int32Array.from(keep);
     }
     spacer.style.height = `${filtered.length * rowHeight}px`;
+    // a short list (a search's few matches) takes only its own height
+    scroller.style.height = `${Math.min(o.height || 420, filtered.length * rowHeight + 2)}px`;
     scroller.scrollTop = 0;
     draw();
   };
