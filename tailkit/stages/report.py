@@ -24,14 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tailkit.params import Params
 from tailkit.paths import Layout
-from tailkit.reporting.html.study import study_bands, study_page
-from tailkit.reporting.paired import Pairing, metric_name, study_pairing
+from tailkit.reporting.html.study import write_study_page
+from tailkit.reporting.paired import metric_name, study_pairing
 from tailkit.reporting.runs import (
-    Run,
     describe_data,
     dvc_exp_show,
     exp_runs,
@@ -42,54 +40,13 @@ from tailkit.reporting.summary import (
     FIGURES,
     MULTILABEL_FIGURES,
     group_studies,
-    legend,
     study_markdown,
-    thresholds_of,
     write_figures,
     write_plot_data,
 )
-from tailkit.reporting.tables import columns_for, export_runs, settings_tables
+from tailkit.reporting.tables import columns_for, export_runs
 from tailkit.storage.atomic import atomic_path
 from tailkit.storage.splits import read_meta
-
-#: The study's page, beside summary.md.
-PAGE = "index.html"
-
-
-def write_study_page(
-    params: Params,
-    layout: Layout,
-    runs: list[Run],
-    pairing: Pairing,
-    data: dict[str, Any],
-    meta: dict[str, Any],
-    size: str,
-) -> Path:
-    """``reports/index.html`` beside summary.md, from the same runs and plot data."""
-    multilabel = bool(meta.get("multilabel"))
-    bands, data_keys = study_bands(runs, layout, meta["train_counts"], multilabel)
-    shared = next(
-        (line for line in settings_tables(runs).splitlines() if line.startswith("Shared by all")),
-        "",
-    )
-    page = study_page(
-        title=str(meta["dataset"]["name"]),
-        study=describe_data(params),
-        size=size,
-        runs=runs,
-        pairing=pairing,
-        plot_data=data,
-        bands=bands,
-        data_keys=data_keys,
-        legend=legend(multilabel, thresholds_of(runs), pairing),
-        shared=shared,
-        layout=layout,
-        multilabel=multilabel,
-    )
-    out = layout.report.with_name(PAGE)
-    with atomic_path(out) as tmp:
-        tmp.write_text(page)
-    return out
 
 
 @dataclass(frozen=True)

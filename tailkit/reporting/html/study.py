@@ -12,24 +12,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tailkit.evaluation.per_class import PLOT_BINS_PER_OCTAVE
 from tailkit.groups import GROUPS
+from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.reporting.bands import bin_bands
 from tailkit.reporting.figures import AXES
 from tailkit.reporting.html.page import render
 from tailkit.reporting.paired import Pairing, read_paired
-from tailkit.reporting.runs import Run
+from tailkit.reporting.runs import Run, describe_data
+from tailkit.reporting.summary import legend, thresholds_of
 from tailkit.reporting.tables import (
     arithmetic_summary,
     columns_for,
     comparison_rows,
     plugin_versions,
+    settings_tables,
 )
+from tailkit.storage.atomic import atomic_path
 
 CURVE_METRICS = ("val_accuracy", "val_balanced_accuracy")
 BINS_NOTE = (
@@ -218,3 +223,44 @@ def study_page(
         "provenance": provenance,
     }
     return render("study", f"tailkit study: {title}", data)
+
+
+#: The study's page, beside summary.md.
+PAGE = "index.html"
+
+
+def write_study_page(
+    params: Params,
+    layout: Layout,
+    runs: list[Run],
+    pairing: Pairing,
+    data: dict[str, Any],
+    meta: dict[str, Any],
+    size: str,
+) -> Path:
+    """``reports/index.html`` beside summary.md, from the same runs and plot data
+    (:func:`~tailkit.reporting.summary.write_plot_data`'s ``data``)."""
+    multilabel = bool(meta.get("multilabel"))
+    bands, data_keys = study_bands(runs, layout, meta["train_counts"], multilabel)
+    shared = next(
+        (line for line in settings_tables(runs).splitlines() if line.startswith("Shared by all")),
+        "",
+    )
+    page = study_page(
+        title=str(meta["dataset"]["name"]),
+        study=describe_data(params),
+        size=size,
+        runs=runs,
+        pairing=pairing,
+        plot_data=data,
+        bands=bands,
+        data_keys=data_keys,
+        legend=legend(multilabel, thresholds_of(runs), pairing),
+        shared=shared,
+        layout=layout,
+        multilabel=multilabel,
+    )
+    out = layout.report.with_name(PAGE)
+    with atomic_path(out) as tmp:
+        tmp.write_text(page)
+    return out
