@@ -143,3 +143,20 @@ def check_study_page(project: Path, header: str = "accuracy", key: str = "accura
         assert "model.name" in p.locator("#experiments-table tr.details").inner_text()
         assert p.locator("#curves svg").count() == 4 and p.locator("#bins polygon").count() > 0
         visit.screenshot(f"{project.name}-study.png")
+
+
+def check_compare_page(path: Path, labels: int) -> None:
+    """Open a ``tailkit compare --html`` page: no console error or request, ``labels`` labels
+    in its table, and the first label's drill-down showing its test rows under both runs."""
+    with open_page(path) as visit:
+        assert visit.problems == [] and visit.outside_requests() == []
+        p = visit.page
+        count = p.locator("#label-table .vcount").inner_text()
+        assert count == f"{labels:,} of {labels:,} labels", count
+        p.locator("#label-table th[data-key=test]").click()  # the label with most test rows
+        p.locator("#label-table tbody tr").first.click()
+        assert p.locator("#drill-rows tbody tr").count() > 0
+        assert (
+            p.locator("#drill-rows .hit").count() > 0 or "0 of" in p.locator("#drill").inner_text()
+        )
+        visit.screenshot(f"{path.stem}.png")

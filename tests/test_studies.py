@@ -256,8 +256,11 @@ def test_a_multilabel_study_runs_under_dvc_repro(tmp_path: Path, monkeypatch) ->
     """The XC study through real `dvc repro` (every stage's declared outputs checked by DVC
     itself): a multi-label evaluate once left plots/eval/<experiment> unwritten and DVC
     stopped there."""
+    import json
+    import sys
+
     import yaml
-    from browser import check_study_page
+    from browser import check_compare_page, check_study_page
     from conftest import make_project, run
 
     study = yaml.safe_load((STUDIES[0].parent / "eurlex-4k.yaml").read_text())
@@ -275,6 +278,27 @@ def test_a_multilabel_study_runs_under_dvc_repro(tmp_path: Path, monkeypatch) ->
         assert name in summary
     assert "P@1" in summary
     check_study_page(project, header="P@1", key="P@1")  # the page, in a real browser
+    # the comparison of two multi-label runs: recall@5 per label, tested, and its page
+    done = run(
+        [
+            sys.executable,
+            "-m",
+            "tailkit",
+            "compare",
+            "zlpr",
+            "sampled-unigram",
+            "--format",
+            "json",
+            "--no-figure",
+            "--html",
+            "multilabel-compare.html",
+        ],
+        project,
+    )
+    compared = json.loads(done.stdout)
+    assert compared["metric"] == "recall@5" and not compared["untested"]
+    labels = next(row["labels"] for row in compared["groups"] if row["group"] == "all")
+    check_compare_page(project / "multilabel-compare.html", labels)
 
 
 @pytest.mark.slow

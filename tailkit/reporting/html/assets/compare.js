@@ -101,7 +101,8 @@
   data.curves.train_count.forEach((c, j) => { if (!(c > 0)) unseen += data.curves.labels[j]; });
   if (unseen) {
     TK.el("p", { class: "hint", id: "unseen-labels" }, curves, `${unseen.toLocaleString("en")} label${unseen === 1 ? "" : "s"} ` +
-      "with no training row are not drawn here (the axis is logarithmic); the tables count them.");
+      `with no training row ${unseen === 1 ? "is" : "are"} not drawn here (the axis is logarithmic); ` +
+      "the tables count them.");
   }
 
   let volcano = null;

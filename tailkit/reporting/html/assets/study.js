@@ -102,7 +102,7 @@
     unseen.train_count.forEach((c, j) => { if (!(c > 0)) labels += unseen.labels[j]; });
     if (labels) {
       TK.el("p", { class: "hint", id: "unseen-labels" }, bins, `${labels.toLocaleString("en")} label${labels === 1 ? "" : "s"} with ` +
-        "no training row are not drawn here (the axis is logarithmic).");
+        `no training row ${labels === 1 ? "is" : "are"} not drawn here (the axis is logarithmic).`);
     }
   }
 
