@@ -436,6 +436,19 @@ def report(
 
 
 @cli.command()
+@params_option
+def exps(params_path: Path) -> None:
+    """The DVC experiments in one short table: per changed experiment, the settings it changed
+    against the baseline and the study's headline metrics (`dvc exp show` lists every param)."""
+    from tailkit.reporting.exps import exps_table
+    from tailkit.reporting.runs import dvc_exp_show, exp_runs
+
+    root = params_path.parent
+    runs = _guard(lambda: exp_runs(dvc_exp_show(root), params_path.name, root))
+    click.echo(exps_table(runs), nl=False)
+
+
+@cli.command()
 @click.option("--num-classes", required=True, type=click.IntRange(1), help="Labels C.")
 @click.option("--dim", required=True, type=click.IntRange(1), help="Embedding width d.")
 @click.option("--nproc", default=1, show_default=True, type=click.IntRange(1),

@@ -195,6 +195,14 @@ def test_experiment_workflow_exp_run_show_report_plots_and_metrics_diff(tiny_pro
     acc = f"{100 * exp_metrics['test']['accuracy']:.2f}"
     assert any(line.startswith("| slow-lr:softmax |") and acc in line for line in table.split("\n"))
 
+    # `tailkit exps`: the same runs in a dozen columns, each row saying what it changed
+    lines = run([str(BIN / "tailkit"), "exps"], tiny_project).stdout.splitlines()
+    assert 3 + 9 == len(lines[0].strip("|").split("|")) <= 40  # dvc exp show: one per param
+    row = next(line for line in lines if line.startswith("| slow-lr | softmax |"))
+    assert "| optimizer.lr=0.02 |" in row and f"| {acc} |" in row
+    assert not any(line.startswith("| slow-lr | sampled |") for line in lines)
+    assert any(line.startswith("| baseline | sampled | – |") for line in lines)
+
     # The experiment's per-class table by its name, against the committed one.
     compared = run(
         [str(BIN / "tailkit"), "compare", "softmax@HEAD", "slow-lr:softmax", "--format", "json"],
