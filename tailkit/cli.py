@@ -71,6 +71,7 @@ _ENVIRONMENT_ERRNOS = {
     errno.ENOSPC: " (free some space and run again; the previous output is kept)",
     errno.EDQUOT: " (free some space and run again; the previous output is kept)",
     errno.ENAMETOOLONG: " (a shorter name or path)",
+    errno.EIO: " (the disk or file system failed; check it and run again)",
 }
 
 

@@ -79,3 +79,93 @@ def test_sizes_past_int64_limits_are_refused_in_params(key):
     raw["experiments"]["sampled"][key] = 10**20
     with pytest.raises(InvalidParameterError, match=rf"experiments.sampled.{key}"):
         parse_params(raw)
+
+
+def test_safetensors_current_disk_full_text_is_enospc(tmp_path, monkeypatch):
+    """safetensors 0.8 says "(os error 28)": once read as EIO, a traceback instead of a line."""
+
+    def full(*args, **kwargs):
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(tensorfile, "save_file", full)
+    with pytest.raises(OSError) as info:
+        tensorfile.save(tmp_path / "model.safetensors", {"w": torch.ones(2)})
+    assert info.value.errno == errno.ENOSPC
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs (root only; skipped where mounting is not allowed)."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root): the full-disk case untested")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_really_full_disk_while_saving_a_model_is_one_line_and_keeps_the_old(tiny_disk):
+    from tailkit.storage.atomic import atomic_dir
+
+    model = tiny_disk / "model"
+    with atomic_dir(model) as tmp:
+        tensorfile.save(tmp / "model.safetensors", {"w": torch.ones(4)})
+    before = (model / "model.safetensors").read_bytes()
+    with pytest.raises(OSError) as info, atomic_dir(model) as tmp:
+        tensorfile.save(tmp / "model.safetensors", {"w": torch.ones(1 << 16)})  # 256 KiB
+    assert info.value.errno == errno.ENOSPC
+    assert info.value.filename == str(model)  # the output, not its temporary
+    assert (model / "model.safetensors").read_bytes() == before
+    assert [p.name for p in tiny_disk.iterdir()] == ["model"]  # no temporary left
+
+
+@pytest.mark.slow
+def test_a_failed_evaluate_write_leaves_every_previous_output_whole(tiny_project, tmp_path):
+    """A full disk after the per-class table is written: neither it nor the row outcomes nor
+    the metrics change (they were once replaced one by one, so a folder could mix two models)."""
+    import shutil
+
+    from tailkit.evaluation import outcomes
+    from tailkit.params import load_params
+    from tailkit.paths import Layout
+    from tailkit.registry import make_registry
+    from tailkit.stages import evaluate
+
+    project = tmp_path / "project"
+    shutil.copytree(tiny_project, project, symlinks=True)
+    layout = Layout(project)
+    kept = [
+        layout.per_class("softmax"),
+        layout.outcomes("softmax"),
+        layout.metrics("softmax"),
+        layout.metrics_detail("softmax"),
+        layout.class_plot("softmax"),
+    ]
+    # marked, so that a file evaluate replaced (with the same model's same bytes) would show
+    for path in kept:
+        path.write_bytes(b"the previous evaluation's " + path.name.encode())
+    before = {p: p.read_bytes() for p in kept}
+    written = []
+
+    def full(table, where, **options):  # pyarrow's disk-full error names no file
+        written.append(where)
+        raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28]")
+
+    params = load_params(project / "params.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(outcomes, "write_table", full)  # the row outcomes, after the table
+        with pytest.raises(OSError) as info:
+            evaluate.run(params, layout, make_registry(), "softmax")
+    assert written and info.value.errno == errno.ENOSPC
+    assert info.value.filename == str(layout.per_class("softmax").parent)
+    assert {p: p.read_bytes() for p in kept} == before
+    assert not [p for p in layout.per_class("softmax").parent.parent.iterdir() if ".tmp" in p.name]

@@ -66,3 +66,15 @@ def test_the_command(tmp_path):
     assert "table" in out.read_text()
     again = CliRunner().invoke(cli, args)
     assert again.exit_code != 0 and "exists" in again.output
+
+
+def test_a_table_of_one_label_is_refused_naming_the_file(tmp_path):
+    data = tmp_path / "one.csv"
+    data.write_text("text,label\na b,only\nc d,only\n")
+    out = tmp_path / "params.yaml"
+    result = CliRunner().invoke(
+        cli, ["init", "--data", str(data), "--input", "text", "--label", "label", "--out", str(out)]
+    )
+    assert result.exit_code != 0 and not out.exists()
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(data) in lines[0] and "'only'" in lines[0], lines

@@ -35,6 +35,7 @@ of training rows as N.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ from tailkit.evaluation.thresholds import Thresholded, f1_block
 from tailkit.groups import GROUPS, GroupThresholds
 from tailkit.labels import LabelSets
 from tailkit.paths import Layout
-from tailkit.storage.atomic import atomic_dir
+from tailkit.storage.atomic import atomic_dir, atomic_path
 from tailkit.storage.feature_cache import FeatureTable
 from tailkit.storage.metrics_file import headline, null_non_finite, write_metrics
 from tailkit.storage.splits import read_labels
@@ -307,21 +308,37 @@ def write_results(
     assert labels is not None  # read with every column
     truth_of = labels if isinstance(labels, LabelSets) else labels.numpy()
     metrics["intervals"] = test_intervals(adjusted, truth_of, counts, meta, groups, f1)
-    key = write_per_class_table(layout, experiment, features, meta, test, adjusted.ranked, groups)
     assert test.row_ids is not None  # read with every column
-    outcomes = Outcomes(
-        experiment=experiment,
-        data_key=key,
-        rows=test.row_ids.numpy(),
-        truth=_truth(truth_of),
-        single=not isinstance(labels, LabelSets),
-        ranked=adjusted.ranked,
-        log_likelihood=adjusted.log_likelihood,
-        probabilities=adjusted.probabilities,
-    )
-    write_outcomes(layout.outcomes(experiment), outcomes)
-    write_metrics(layout.metrics_detail(experiment), metrics)
-    write_metrics(layout.metrics(experiment), headline(null_non_finite(metrics)))
+    # All or nothing: every file is written to its temporary first and the renames, which need
+    # no space, come after the last write; a full disk or a kill midway leaves the previous
+    # outputs whole, never a per-class table of one model beside the row outcomes of another.
+    with ExitStack() as stack:
+        folder = stack.enter_context(atomic_dir(layout.per_class(experiment).parent))
+        plot, detail, shown = (
+            stack.enter_context(atomic_path(p))
+            for p in (
+                layout.class_plot(experiment),
+                layout.metrics_detail(experiment),
+                layout.metrics(experiment),
+            )
+        )
+        key = write_per_class_table(
+            layout, experiment, features, meta, test, adjusted.ranked, groups,
+            per_class=folder / layout.per_class(experiment).name, class_plot=plot,
+        )  # fmt: skip
+        outcomes = Outcomes(
+            experiment=experiment,
+            data_key=key,
+            rows=test.row_ids.numpy(),
+            truth=_truth(truth_of),
+            single=not isinstance(labels, LabelSets),
+            ranked=adjusted.ranked,
+            log_likelihood=adjusted.log_likelihood,
+            probabilities=adjusted.probabilities,
+        )
+        write_outcomes(folder / layout.outcomes(experiment).name, outcomes)
+        write_metrics(detail, metrics)
+        write_metrics(shown, headline(null_non_finite(metrics)))
     return metrics
 
 
@@ -333,9 +350,12 @@ def write_per_class_table(
     test: FeatureTable,
     ranked: np.ndarray,
     groups: GroupThresholds,
+    per_class: Path | None = None,
+    class_plot: Path | None = None,
 ) -> str:
-    """``per_class.parquet`` and its binned plot file (module docstring); returns the data key
-    of the rows it scored (:func:`tailkit.evaluation.per_class.data_key`)."""
+    """``per_class.parquet`` and its binned plot file (module docstring; at ``per_class`` and
+    ``class_plot`` instead of the layout's paths where given); returns the data key of the rows
+    it scored (:func:`tailkit.evaluation.per_class.data_key`)."""
     counts = np.asarray(meta["train_counts"])
     y_test, row_ids = test.labels, test.row_ids
     assert y_test is not None and row_ids is not None  # read with every column
@@ -348,8 +368,11 @@ def write_per_class_table(
     results = per_label_results(ranked, truth, len(counts))
     frame = per_class_frame(read_labels(features), results, k, propensity, groups)
     key = data_key(counts, row_ids.numpy(), truth)
-    write_per_class(layout.per_class(experiment), frame, experiment, k, key, multilabel, groups)
+    table = per_class or layout.per_class(experiment)
+    write_per_class(table, frame, experiment, k, key, multilabel, groups)
     write_class_plot(
-        layout.class_plot(experiment), frame, f"recall@{k}" if multilabel else "recall@1"
+        class_plot or layout.class_plot(experiment),
+        frame,
+        f"recall@{k}" if multilabel else "recall@1",
     )
     return key

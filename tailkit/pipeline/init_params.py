@@ -21,7 +21,7 @@ import scipy.sparse as sp
 import yaml
 
 from tailkit.components import RawData
-from tailkit.errors import InvalidParameterError
+from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.plugins.datasets.table import Table
 
 
@@ -45,6 +45,12 @@ def describe(dataset: Table) -> TableShape:
         dataset.fetch(Path(folder))
         raw = dataset.load(Path(folder))
     counts = _label_counts(raw)
+    if np.count_nonzero(counts) < 2:  # refused here, not a stage later after a download
+        only = [raw.label_names[int(j)] for j in np.flatnonzero(counts)] or ["none"]
+        raise DataValidationError(
+            f"{dataset.path}: every row has the label {only[0]!r}; a classification needs rows "
+            "of at least two classes"
+        )
     return TableShape(
         rows=raw.labels.shape[0],
         labels=raw.num_classes,

@@ -55,13 +55,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with _cleanup_on_sigterm():
         remove_stale_temporaries(path)
-        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+        except OSError as exc:  # a read-only folder: name the output, not the temporary
+            raise _naming_output(exc, path) from exc
         os.close(fd)
         tmp_path = Path(tmp)
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the team
         try:
             yield tmp_path
             _replace(tmp_path, path)
+        except OSError as exc:
+            raise _naming_output(exc, path) from exc
         finally:
             tmp_path.unlink(missing_ok=True)
 
@@ -73,11 +78,16 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with _cleanup_on_sigterm():
         remove_stale_temporaries(path)
-        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
+        except OSError as exc:
+            raise _naming_output(exc, path) from exc
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 likewise
         try:
             yield tmp
             _publish_dir(tmp, path)
+        except OSError as exc:
+            raise _naming_output(exc, path) from exc
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -140,6 +150,16 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
         removed.append(stale)
     _swept.add(key)
     return removed
+
+
+def _naming_output(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` where it names a temporary of ours or no file (pyarrow's disk-full
+    error names none): the user knows the output, not ``.per_class.parquet.1667.x3z.tmp``."""
+    named = exc.filename
+    if exc.errno is None or (named is not None and _temp_prefix(path) not in str(named)):
+        return exc
+    # OSError(errno, …) is the errno's own subclass (PermissionError for EACCES)
+    return OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
 
 
 def _umask() -> int:

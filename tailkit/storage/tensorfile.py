@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +48,22 @@ def _split(tree: Any, path: str, tensors: dict[str, torch.Tensor], seen: set[int
     raise TypeError(f"{path or 'state'}: cannot store a {type(tree).__name__} (tensors and JSON)")
 
 
+def _os_error(said: str) -> int:
+    """The errno in a safetensors I/O error's text ("… (os error 28)"; older releases said
+    "StorageFull" or "code: 28"), EIO where it names none."""
+    found = re.search(r"(?:os error|code:) (\d+)", said)
+    if found:
+        return int(found.group(1))
+    return errno.ENOSPC if "StorageFull" in said else errno.EIO
+
+
 def save(path: str | Path, tree: dict[str, Any]) -> None:
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _split(tree, "", tensors, set())
     try:
         save_file(tensors, str(path), metadata={_KEY: json.dumps(skeleton, sort_keys=True)})
     except SafetensorError as exc:  # its I/O errors are no OSError: say which, as one
-        said = str(exc)
-        code = errno.ENOSPC if "StorageFull" in said or "code: 28" in said else errno.EIO
+        code = _os_error(str(exc))
         raise OSError(code, os.strerror(code), str(path)) from exc
 
 

@@ -150,7 +150,8 @@ class HierarchicalGaussian:
 
     constraints: ClassVar[dict[str, Interval]] = {
         "num_classes": Interval(2, None),
-        "num_examples": Interval(1, None),
+        # rows are int64 ids in memory: past 2^31 no machine holds them, so say so here
+        "num_examples": Interval(1, 2**31 - 1),
         "dim": Interval(1, None),
         "branching": Interval(2, None),
         "zipf_exponent": Interval(0, None),
