@@ -12,7 +12,8 @@
     return s;
   };
   const signed = (v) => (v === null || Number.isNaN(v) ? "–" : (v > 0 ? "+" : "") + (100 * v).toFixed(2));
-  const qText = (v) => (v === null || v === undefined || Number.isNaN(v) ? "–" : v < 1e-4 ? v.toExponential(1) : v.toPrecision(2));
+  const qText = (v) => (v === null || v === undefined || Number.isNaN(v) ? "–"
+    : v === 0 ? "< 1e-300" : v < 1e-4 ? v.toExponential(1) : v.toPrecision(2));
 
   // label id → name, built once (names are sent only where they are not the id)
   let nameMap = null;
