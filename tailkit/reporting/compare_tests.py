@@ -3,10 +3,10 @@
 Both runs scored the same test rows (the same data key), so every test is paired:
 
 - **Per frequency bin and group**: the change of the mean per-label recall, with the 95 %
-  percentile interval and the p-value of a paired bootstrap over test rows — the resamples of
-  :class:`tailkit.evaluation.intervals.Resampler`, the same for both runs — computed the way
-  :mod:`tailkit.reporting.paired` tests the summary table, and Benjamini–Hochberg q-values
-  across all the bins and groups together.
+  percentile interval and the p-value of a paired bootstrap over the bin's labels (each
+  resample draws that many labels with replacement and averages their change:
+  :mod:`tailkit.reporting.label_bootstrap` says why labels and not rows), and
+  Benjamini–Hochberg q-values across all the bins and groups together.
 - **Per label**: McNemar's exact test on the (row, label) pairs of that label — b pairs only
   run A ranks within the top j, c only run B; under "no change" b is Binomial(b + c, ½), so the
   two-sided p is min(1, 2 · P(X ≤ min(b, c))). A label with fewer than
@@ -29,14 +29,9 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from tailkit.evaluation.intervals import (
-    Grouping,
-    Resampler,
-    mean_over,
-    percentile_interval,
-    ratio,
-)
+from tailkit.evaluation.intervals import percentile_interval
 from tailkit.evaluation.outcomes import Outcomes
+from tailkit.reporting.label_bootstrap import resampled_means
 from tailkit.reporting.paired import bootstrap_p
 
 #: Discordant pairs a label needs before its exact test can reach p < 0.05 (2 · 2⁻⁶ < 0.05).
@@ -111,21 +106,17 @@ def label_tests(pairs: PairHits) -> pl.DataFrame:
 
 def key_tests(pairs: PairHits, keys: dict[str, np.ndarray]) -> pl.DataFrame:
     """Per key (``keys``: name → boolean mask over label ids): the change of the mean per-label
-    recall (B − A) in a paired bootstrap over the test rows: its interval and p-value, and the
-    BH q-value across the keys."""
+    recall (B − A), its 95 % interval and p-value in a paired bootstrap over the key's labels
+    (:mod:`tailkit.reporting.label_bootstrap`: each resample draws labels and averages their
+    change), and the BH q-value across the keys."""
     present, local = np.unique(pairs.labels, return_inverse=True)
-    grouping = Grouping(pairs.rows, local, present.shape[0], pairs.num_rows)
-    support, hit_a, hit_b = (grouping.weighted(w) for w in (None, pairs.a, pairs.b))
-    masks = {name: mask[present] for name, mask in keys.items()}
-    changes: dict[str, list[np.ndarray]] = {name: [] for name in masks}
-    for sums in Resampler(pairs.num_rows).blocks():
-        seen = sums.grouped(support)
-        recall_a, recall_b = ratio(sums.grouped(hit_a), seen), ratio(sums.grouped(hit_b), seen)
-        for name, mask in masks.items():
-            changes[name].append(mean_over(recall_b, mask) - mean_over(recall_a, mask))
+    seen = np.bincount(local, minlength=present.shape[0]).astype(np.float64)
+    recall_a = np.bincount(local, pairs.a, present.shape[0]) / seen
+    recall_b = np.bincount(local, pairs.b, present.shape[0]) / seen
+    change = recall_b - recall_a
     low, high, p = [], [], []
-    for name in masks:
-        d = np.concatenate(changes[name])
+    for stream, mask in enumerate(keys.values()):
+        d = resampled_means(change[mask[present]], stream)
         bounds = percentile_interval(d) or (np.nan, np.nan)
         low.append(bounds[0])
         high.append(bounds[1])
@@ -133,5 +124,5 @@ def key_tests(pairs: PairHits, keys: dict[str, np.ndarray]) -> pl.DataFrame:
     p_values = np.asarray(p)
     q = benjamini_hochberg(p_values)
     return pl.DataFrame(
-        {"key": list(masks), "change_low": low, "change_high": high, "p": p_values, "q": q}
+        {"key": list(keys), "change_low": low, "change_high": high, "p": p_values, "q": q}
     ).with_columns(pl.col("change_low", "change_high", "p", "q").fill_nan(None))

@@ -78,7 +78,7 @@
   // Groups: bars with their 95 % intervals.
   const groups = section(data.groups_title, "groups");
   TK.barChart(groups, {
-    title: data.groups_title, categories: data.groups.names, yLabel: data.groups_axis,
+    categories: data.groups.names, yLabel: data.groups_axis,
     fmt: (v) => TK.pct(v), yFormat: TK.pctTick,
     series: data.groups.series,
   });
@@ -87,7 +87,7 @@
   const bins = section(data.bins_title, "bins");
   const binNames = Object.keys(data.bins);
   TK.lineChart(bins, {
-    title: data.bins_title, xLabel: "training rows of the label", yLabel: data.bins_axis,
+    xLabel: "training rows of the label", yLabel: data.bins_axis,
     xLog: true, width: 1040, height: 380, fmt: (v) => TK.pct(v), yFormat: TK.pctTick,
     series: binNames.map((n) => {
       const b = data.bins[n];
