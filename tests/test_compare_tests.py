@@ -140,3 +140,22 @@ def test_the_figure_draws_each_octave_s_interval_and_the_same_data_gives_the_sam
     assert first.read_bytes() == second.read_bytes()
     plain = compare(a, b, outcomes=("no outcomes", outcomes[1]))
     assert draw(plain, tmp_path / "c.png").read_bytes() != first.read_bytes()
+
+
+def test_a_bin_of_one_label_is_tested_on_its_rows_not_given_a_zero_width_interval():
+    """Resampling labels alone gave a one-label bin (the head's octaves) no variance, and an
+    A/A pair's every such bin looked changed; its rows are resampled too."""
+    from tailkit.reporting.compare_tests import PairHits, key_tests
+
+    rows = 200
+    rng = np.random.default_rng(0)
+    a = rng.random(rows) < 0.8
+    b = a.copy()
+    # 12 rows where exactly one run is right, 6 each way: no change on balance
+    right, wrong = np.flatnonzero(a), np.flatnonzero(~a)
+    b[rng.choice(right, 6, replace=False)] = False
+    b[rng.choice(wrong, 6, replace=False)] = True
+    pairs = PairHits(np.zeros(rows, dtype=np.int64), np.arange(rows), a, b, rows)
+    found = key_tests(pairs, {"one": np.array([True])}).row(0, named=True)
+    assert found["change_low"] <= 0 <= found["change_high"]
+    assert found["change_high"] - found["change_low"] > 0.02 and found["p"] > 0.05

@@ -53,32 +53,36 @@ def test_a_page_is_one_file_with_its_data_inline_and_no_address_to_fetch():
     assert not re.search(r"\b(src|href)\s*=|@import|url\(|fetch\(|XMLHttpRequest", page)
 
 
-def test_bin_bands_are_the_percentiles_of_a_direct_bootstrap_over_the_bins_labels():
+def test_bin_bands_are_the_percentiles_of_a_direct_two_stage_bootstrap():
     made = generated_comparison(labels=60, rows=3000, seed=4)
     first = made.outcomes[0]
     counts = made.sides[0].frame["train_count"].to_numpy()
     bands = bin_bands({"a": first}, counts, depth=1)["a"]
-    # per-label recall written out with numpy, then the same label draws (Philox, a stream
-    # per bin, blocks of 50) averaged and their percentiles taken
+    # each label's rows and hits counted with numpy, then the same two-stage draws (Philox, a
+    # stream per bin, blocks of 50: labels with replacement, then each drawn label's rows as a
+    # binomial of its hit rate) averaged, and their percentiles taken
     truth, hit = made.truth, first.ranked[:, 0] == made.truth
     present = np.unique(truth)
-    recall = np.array([hit[truth == j].mean() for j in present])
+    rows = np.array([np.count_nonzero(truth == j) for j in present])
+    hits = np.array([np.count_nonzero(hit[truth == j]) for j in present])
     bins = frequency_bin(counts[present], 4)
     assert set(bands) == {int(b) for b in np.unique(bins)}
     for b, (low, high) in bands.items():
-        values = recall[bins == b]
+        n_l, h_l = rows[bins == b], hits[bins == b]
         means = []
         for start in range(0, RESAMPLES, 50):
             rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([SEED, b, start])))
-            drawn = rng.integers(0, values.size, size=(min(50, RESAMPLES - start), values.size))
-            means.extend(values[drawn].mean(axis=1))
+            drawn = rng.integers(0, n_l.size, size=(min(50, RESAMPLES - start), n_l.size))
+            plus = rng.binomial(n_l[drawn], h_l[drawn] / n_l[drawn])
+            rng.binomial(n_l[drawn] - plus, np.zeros(drawn.shape))  # no −1 rows in a recall
+            means.extend((plus / n_l[drawn]).mean(axis=1))
         np.testing.assert_allclose([low, high], np.quantile(means, [0.025, 0.975]), rtol=1e-12)
-        assert low <= values.mean() <= high
+        assert low <= (h_l / n_l).mean() <= high
 
 
 def test_a_tail_of_one_row_labels_keeps_its_value_inside_its_interval():
     """Resampled by rows, a mean over one-row labels lost a third of them each time and the
-    rest pulled it up, past its own value; resampled by labels it holds it."""
+    rest pulled it up, past its own value; resampled by labels and then rows it holds it."""
     # both runs miss every label but B the 60 most frequent: the change lives in the head
     made = generated_comparison(
         labels=3000, rows=4000, seed=6, planted=np.arange(60), hit=0.0, boost=0.9

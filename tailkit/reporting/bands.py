@@ -2,8 +2,8 @@
 
 A bin's value is the mean per-label recall@j (accuracy of the class for one label per row, j = 1)
 over the bin's labels with test rows, as ``plots/classes/<experiment>.tsv`` has it; its interval
-is the bootstrap of that mean over the bin's labels (:mod:`tailkit.reporting.label_bootstrap`,
-which says why labels and not rows), the interval ``tailkit compare`` gives a bin's change.
+is the two-stage bootstrap of that mean over the bin's labels and their rows
+(:mod:`tailkit.reporting.label_bootstrap` says why), as ``tailkit compare`` tests a bin's change.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ def bin_bands(
     for name, found in outcomes.items():
         pairs = pair_hits(found, found, min(depth, found.ranked.shape[1]))
         present, local = np.unique(pairs.labels, return_inverse=True)
-        recall = np.bincount(local, pairs.a, present.shape[0]) / np.bincount(local)
+        seen = np.bincount(local, minlength=present.shape[0])
+        hits = np.bincount(local, pairs.a, present.shape[0]).astype(np.int64)
         bins = frequency_bin(np.asarray(train_counts)[present], per_octave)
         out[name] = {}
         for b in np.unique(bins):
             # the bin is the stream: every experiment's band of a bin draws the same labels
-            bounds = mean_interval(recall[bins == b], int(b))
+            chosen = bins == b
+            bounds = mean_interval(seen[chosen], hits[chosen], None, int(b))
             if bounds is not None:
                 out[name][int(b)] = bounds
     return out

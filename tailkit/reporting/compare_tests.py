@@ -106,17 +106,18 @@ def label_tests(pairs: PairHits) -> pl.DataFrame:
 
 def key_tests(pairs: PairHits, keys: dict[str, np.ndarray]) -> pl.DataFrame:
     """Per key (``keys``: name → boolean mask over label ids): the change of the mean per-label
-    recall (B − A), its 95 % interval and p-value in a paired bootstrap over the key's labels
-    (:mod:`tailkit.reporting.label_bootstrap`: each resample draws labels and averages their
-    change), and the BH q-value across the keys."""
+    recall (B − A), its 95 % interval and p-value in a paired two-stage bootstrap over the key's
+    labels and their rows (:mod:`tailkit.reporting.label_bootstrap`), and the BH q-value across
+    the keys."""
     present, local = np.unique(pairs.labels, return_inverse=True)
-    seen = np.bincount(local, minlength=present.shape[0]).astype(np.float64)
-    recall_a = np.bincount(local, pairs.a, present.shape[0]) / seen
-    recall_b = np.bincount(local, pairs.b, present.shape[0]) / seen
-    change = recall_b - recall_a
+    size = present.shape[0]
+    seen = np.bincount(local, minlength=size)
+    b_only = np.bincount(local, pairs.b & ~pairs.a, size).astype(np.int64)
+    a_only = np.bincount(local, pairs.a & ~pairs.b, size).astype(np.int64)
     low, high, p = [], [], []
     for stream, mask in enumerate(keys.values()):
-        d = resampled_means(change[mask[present]], stream)
+        chosen = mask[present]
+        d = resampled_means(seen[chosen], b_only[chosen], a_only[chosen], stream)
         bounds = percentile_interval(d) or (np.nan, np.nan)
         low.append(bounds[0])
         high.append(bounds[1])
