@@ -159,3 +159,17 @@ def test_a_bin_of_one_label_is_tested_on_its_rows_not_given_a_zero_width_interva
     found = key_tests(pairs, {"one": np.array([True])}).row(0, named=True)
     assert found["change_low"] <= 0 <= found["change_high"]
     assert found["change_high"] - found["change_low"] > 0.02 and found["p"] > 0.05
+
+
+def test_a_label_whose_every_row_changed_one_way_is_resampled_without_error():
+    """Every row of the label right for A only: the second binomial's rate is down/(rows − up)
+    = 1 exactly (as 1 − up/rows in floats it once rounded past 1 and numpy refused)."""
+    from tailkit.reporting.label_bootstrap import resampled_means
+
+    rows = np.array([3, 7, 10, 49])
+    means = resampled_means(rows, np.zeros(4, dtype=np.int64), rows, stream=0)
+    assert np.all(means == -1.0)
+    # up/down pairs whose rate in floats was 1.0000000000000002: (5, 4), (6, 5), (10, 8), (11, 2)
+    rows, up = np.array([5, 6, 10, 11]), np.array([4, 5, 8, 2])
+    means = resampled_means(rows, up, rows - up, stream=1)
+    assert np.all((means >= -1) & (means <= 1)) and not np.isnan(means).any()

@@ -148,7 +148,8 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
 
     assert changed_after_fingerprint() == {"fingerprint"}  # it always runs, and changes nothing
 
-    # a built-in loss: its experiments, no others
+    # a built-in loss: its experiments, no others, and the report, whose page lists each
+    # experiment's code fingerprint
     loss_file = project / "tailkit" / "plugins" / "losses" / "negative_sampling.py"
     original = loss_file.read_text()
     loss_file.write_text(original + "\n# an edit\n")
@@ -156,6 +157,7 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
         "fingerprint",
         "train@adversarial",
         "evaluate@adversarial",
+        "report",
     }
     loss_file.write_text(original)
     assert changed_after_fingerprint() == {"fingerprint"}
@@ -164,7 +166,12 @@ def test_reruns_are_byte_identical_and_code_edits_rerun_exactly_their_experiment
     plugin_file = used_site / "tk_throwaway" / "__init__.py"
     original = plugin_file.read_text()
     plugin_file.write_text(original + "\n# an edit\n")
-    assert changed_after_fingerprint() == {"fingerprint", "train@plugged", "evaluate@plugged"}
+    assert changed_after_fingerprint() == {
+        "fingerprint",
+        "train@plugged",
+        "evaluate@plugged",
+        "report",
+    }
     plugin_file.write_text(original)
 
     # installing an unrelated plugin marks nothing, and a repro runs no experiment

@@ -51,9 +51,10 @@ def resampled_means(
     if not count:
         return out
     share_up = up / rows
-    # P(−1 | not +1): the second binomial's rate among the rows the first did not take
-    rest = 1.0 - share_up
-    share_down = np.divide(down / rows, rest, out=np.zeros(count), where=rest > 0)
+    # P(−1 | not +1): the second binomial's rate among the rows the first did not take, as a
+    # ratio of counts (1 − up/rows in floats can round below down/rows and pass 1)
+    rest = rows - up
+    share_down = np.divide(down, rest, out=np.zeros(count), where=rest > 0)
     for start in range(0, resamples, BLOCK):
         size = min(BLOCK, resamples - start)
         rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([SEED, stream, start])))
