@@ -8,6 +8,7 @@ its own file). A test skips, saying how to get one, only where no browser can be
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -97,9 +98,7 @@ def _summary_rows(project: Path) -> list[str]:
     """The experiments of summary.md's table, in its order."""
     lines = (project / "reports" / "summary.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| experiment"))
-    table = [line for line in lines[start + 2 :] if line.startswith("| ")]
-    ended = next((i for i, line in enumerate(lines[start:]) if not line.startswith("|")), None)
-    table = lines[start + 2 : start + ended] if ended else table
+    table = itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :])
     return [line.split("|")[1].strip().removesuffix(" †") for line in table]
 
 

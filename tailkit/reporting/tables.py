@@ -198,7 +198,6 @@ class Cell:
 
     text: str  # the number with its ± (no marks)
     value: float | None
-    spread: float | None  # the ± shown: half an interval or a std over seeds
     best: bool = False
     tie: bool = False  # not told apart from the column's best (:data:`WITHIN_SPREAD`)
     p_value: float | None = None  # Holm-adjusted, paired against the best
@@ -222,23 +221,22 @@ def _cell(
     p_value: float | None = None,
 ) -> Cell:
     if value is None:
-        return Cell("–", None, None)
+        return Cell("–", None)
     text = _number(col, value)
-    spread = std if std is not None else half
     if std is not None:
         text += f" ± {_number(col, std)}"
     elif half is not None:
         text += f" ±{_number(col, half)}"
     if col.header not in best:
-        return Cell(text, value, spread)
+        return Cell(text, value)
     top, top_std, _ = best[col.header]
     if value == top:
-        return Cell(text, value, spread, best=True)
+        return Cell(text, value, best=True)
     if p_value is not None:  # paired with the best: Holm-adjusted p of the difference
-        return Cell(text, value, spread, tie=p_value >= ALPHA, p_value=p_value)
+        return Cell(text, value, tie=p_value >= ALPHA, p_value=p_value)
     # A gap smaller than either run's standard deviation over its seeds: not told apart.
-    gap = max(s for s in (std, top_std, 0.0) if s is not None)
-    return Cell(text, value, spread, tie=abs(value - top) < gap)
+    spread = max(s for s in (std, top_std, 0.0) if s is not None)
+    return Cell(text, value, tie=abs(value - top) < spread)
 
 
 def markdown_cell(cell: Cell) -> str:
@@ -394,6 +392,13 @@ def _show(value: Any) -> str:
     return "–" if value is None else str(value)
 
 
+def differing_settings(runs: Sequence[Run]) -> list[str]:
+    """The settings keys (sorted) whose values are not the same in every run of ``runs``."""
+    flat = [r.settings for r in runs]
+    keys = sorted({k for f in flat for k in f})
+    return [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+
+
 def settings_tables(runs: Sequence[Run]) -> str:
     """A table of the settings that differ between ``runs`` (one column each; an experiment's
     seed runs, which share its settings, give one row) and a line of those they share; empty
@@ -402,7 +407,7 @@ def settings_tables(runs: Sequence[Run]) -> str:
         return ""
     flat = [r.settings for r in runs]
     keys = sorted({k for f in flat for k in f})
-    differ = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+    differ = differing_settings(runs)
     # a key some runs lack (`loss`: None for a model that trains itself, flattened to
     # `loss.name` for a loop model) is no shared setting
     shared = [k for k in keys if k not in differ and all(k in f for f in flat)]

@@ -31,6 +31,7 @@ from tailkit.reporting.tables import (
     arithmetic_summary,
     columns_for,
     comparison_rows,
+    differing_settings,
     plugin_versions,
     settings_tables,
 )
@@ -43,12 +44,6 @@ BINS_NOTE = (
     "their rows (as tailkit compare tests a bin's change). Hover a point for the bin's labels and test rows; "
     "click a name in the legend to hide its line."
 )
-
-
-def _differing(runs: Sequence[Run]) -> set[str]:
-    flat = [r.settings for r in runs]
-    keys = {k for f in flat for k in f}
-    return {k for k in keys if len({repr(f.get(k)) for f in flat}) > 1}
 
 
 def _shown(value: Any) -> Any:
@@ -119,7 +114,7 @@ def study_bands(
     runs: Sequence[Run], layout: Layout, train_counts: np.ndarray, multilabel: bool
 ) -> tuple[dict[str, dict[int, tuple[float, float]]], list[str]]:
     """Per experiment with row outcomes on the study's test rows, its per-bin intervals; and
-    the data keys of the outcomes found (one where the bands could be drawn)."""
+    the data keys of the outcomes found."""
     outcomes = {}
     for run in runs:
         if run.source or run.experiment in outcomes:
@@ -128,8 +123,6 @@ def study_bands(
         if found is not None:
             outcomes[run.experiment] = found
     keys = sorted({o.data_key for o in outcomes.values()})
-    if len(keys) > 1:
-        return {}, keys
     return bin_bands(outcomes, train_counts, 5 if multilabel else 1), keys
 
 
@@ -152,13 +145,13 @@ def study_page(
     columns = columns_for(runs)
     rows = comparison_rows(runs, columns, pairing)
     axes: dict[str, Any] = dict(AXES[multilabel])
-    differing = _differing(runs)
+    differing = differing_settings(runs)
     details = {}
     for run in runs:
         if run.name not in details:
             details[run.name] = {
                 "settings": {k: _shown(v) for k, v in sorted(run.settings.items())},
-                "differing": sorted(k for k in differing if k in run.settings),
+                "differing": [k for k in differing if k in run.settings],
                 "fingerprints": {} if run.source else _fingerprints(layout, run.experiment),
             }
     samplers = {}

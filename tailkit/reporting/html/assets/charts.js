@@ -122,6 +122,15 @@ function axes(svg, x, y, box, o) {
     transform: `rotate(-90 14 ${(box.top + box.bottom) / 2})` }, g).textContent = o.yLabel || "";
 }
 
+// A chart's figure, its caption, its size (o.width × o.height, else the chart's default) and
+// the plotting box inside the axes' margins.
+function frame(parent, o, width, height) {
+  const wrap = TK.el("figure", { class: "chart" }, parent);
+  if (o.title) TK.el("figcaption", {}, wrap, o.title);
+  const W = o.width || width, H = o.height || height;
+  return { wrap, W, H, box: { left: 58, right: W - 12, top: 10, bottom: H - 44 } };
+}
+
 function legend(parent, names, toggle) {
   const list = TK.el("div", { class: "legend" }, parent);
   names.forEach((name, i) => {
@@ -135,10 +144,7 @@ function legend(parent, names, toggle) {
 // Lines (one per series) over x, each with an optional band [low, high]; hover shows the
 // nearest point, the legend toggles a series.
 TK.lineChart = function (parent, o) {
-  const wrap = TK.el("figure", { class: "chart" }, parent);
-  if (o.title) TK.el("figcaption", {}, wrap, o.title);
-  const W = o.width || 520, H = o.height || 300;
-  const box = { left: 58, right: W - 12, top: 10, bottom: H - 44 };
+  const { wrap, W, H, box } = frame(parent, o, 520, 300);
   const svg = TK.svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
     "aria-label": o.title || "" }, wrap);
   // a log axis has no place for x ≤ 0: such points are left out (the caller says so)
@@ -194,10 +200,7 @@ TK.lineChart = function (parent, o) {
 
 // Bars grouped by category, one per series, with error bars [low, high] where given.
 TK.barChart = function (parent, o) {
-  const wrap = TK.el("figure", { class: "chart" }, parent);
-  if (o.title) TK.el("figcaption", {}, wrap, o.title);
-  const W = o.width || 520, H = o.height || 300;
-  const box = { left: 58, right: W - 12, top: 10, bottom: H - 44 };
+  const { wrap, W, H, box } = frame(parent, o, 520, 300);
   const svg = TK.svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
     "aria-label": o.title || "" }, wrap);
   const values = o.series.flatMap((s) => [s.values, s.high || []]);
@@ -233,10 +236,7 @@ TK.barChart = function (parent, o) {
 // Up to millions of points on a canvas: x, y typed arrays, a colour class per point; hover
 // names the nearest point, a click picks it.
 TK.scatter = function (parent, o) {
-  const wrap = TK.el("figure", { class: "chart" }, parent);
-  if (o.title) TK.el("figcaption", {}, wrap, o.title);
-  const W = o.width || 640, H = o.height || 360;
-  const box = { left: 58, right: W - 12, top: 10, bottom: H - 44 };
+  const { wrap, W, H, box } = frame(parent, o, 640, 360);
   const holder = TK.el("div", { class: "canvas-holder", style: `width:${W}px;height:${H}px` }, wrap);
   const canvas = TK.el("canvas", { width: W, height: H }, holder);
   const svg = TK.svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "overlay" }, holder);
