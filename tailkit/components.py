@@ -256,7 +256,9 @@ class FullBatch(Batch):
     """A full-mode batch: the logits of every label of a contiguous label range.
 
     ``logits`` (B, L) are the scores of labels ``label_start`` … ``label_start + L − 1``, out of
-    ``num_classes`` labels in all. Training in one process hands the whole range (``label_start
+    ``num_classes`` labels in all: a tensor, or for a loss that says ``Loss.chunkable`` and a
+    layer wider than ``train.label_chunk``, a
+    :class:`~tailkit.distributed.chunked_logits.ChunkedLogits` that scores them chunk by chunk. Training in one process hands the whole range (``label_start
     = 0``, L = C; :attr:`whole`); a label-sharded run hands each of its processes (``world``,
     :class:`tailkit.distributed.world.World`) its own range and the embeddings of the whole
     global batch. A loss that can reduce over a shard sets ``Loss.shardable`` and combines its
@@ -499,6 +501,13 @@ class Loss(torch.nn.Module):
     #: label-sharded run refuses a full-mode loss without it. The core reads the instance's
     #: value (a loss may say so for some of its settings only).
     shardable: bool = False
+    #: Whether a full-mode loss reaches the logits only through
+    #: :func:`~tailkit.plugins.losses.fused_softmax.batch_cross_entropy` and
+    #: :func:`~tailkit.plugins.losses.softmax.pick_all_labels`, once per step: the core may
+    #: then hand it chunked logits (``FullBatch.logits`` a
+    #: :class:`~tailkit.distributed.chunked_logits.ChunkedLogits`) that never hold B × C
+    #: numbers (``train.label_chunk``). The core reads the instance's value.
+    chunkable: bool = False
     #: N, the training rows: the core sets it before :meth:`setup` when it trains (None at
     #: evaluation), for a loss whose tables need it besides the counts (a label's share of
     #: the rows, n_y / N, in multi-label data, where the counts sum to more than N).

@@ -28,7 +28,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -68,6 +69,9 @@ class LoopConfig:
     #: which rows an epoch visits (training/row_sampling.py): "instance" is a seeded
     #: permutation; "class-balanced", "square-root" and "progressive" are Kang et al.'s samplers
     row_sampling: str = "instance"
+    #: a full-mode step over more labels than this scores them this many at a time without
+    #: holding the (B, C) logits (tailkit/distributed/chunked_logits.py); None: never
+    label_chunk: int | None = None
 
     def total_steps(self, rows: int) -> int:
         """Steps of a run over ``rows`` training rows: ⌈epochs × batches per epoch⌉, capped."""
@@ -294,6 +298,7 @@ def train(
         cfg.step_work,
         cfg.checkpoint_budget,
     )
+    chunk_width = _chunk_width(cfg, layer, loss, sampler)
     transform = getattr(encoder, "train_transform", None)
     augment_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
 
@@ -402,8 +407,16 @@ def train(
             raise ComponentFault("model", f"forward raised {_brief(exc)}") from exc
 
         batch: FullBatch | SampledBatch | None
+        rows: Rows | None = None
         if sampler is None:
-            logits, rows = layer.full(z)
+            if chunk_width is not None:  # the layer's update happens in the backward
+                # typed as the tensor it stands for: only a Loss.chunkable loss receives it
+                logits = cast(
+                    torch.Tensor,
+                    layer.chunked(z, chunk_width, partial(optimizer.step_range, step=step), world),
+                )
+            else:
+                logits, rows = layer.full(z)
             batch = FullBatch(
                 labels=y.padded() if isinstance(y, LabelSets) else y,
                 logits=logits,
@@ -433,14 +446,17 @@ def train(
             )
         if batch is not None:
             value = loss(batch)
-            value.backward()
             loss_value = value.item()
             if not math.isfinite(loss_value):
                 raise TrainingDivergedError(
                     f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
                     "lower optimizer.lr or check the inputs"
                 )
-            optimizer.step(rows, step)
+            value.backward()
+            if rows is None:  # chunked: the layer's rows were updated chunk by chunk
+                optimizer.step_dense(step)
+            else:
+                optimizer.step(rows, step)
             running += loss_value
             running_n += 1
             shown.add(loss_value, len(idx))
@@ -480,6 +496,27 @@ def train(
         checkpoint_every=checkpoint_every,
         examples=examples,
     )
+
+
+def _chunk_width(
+    cfg: LoopConfig, layer: OutputLayer, loss: Loss, sampler: Sampler | None
+) -> int | None:
+    """Labels per chunk of a chunked full step, or None for the materialised (B, C) logits:
+    a full-mode step over more of this process's labels than ``cfg.label_chunk`` is chunked
+    when the loss says it can be (``Loss.chunkable``); one that cannot says so once."""
+    if sampler is not None or cfg.label_chunk is None or layer.num_classes <= cfg.label_chunk:
+        return None
+    if not getattr(loss, "chunkable", False):
+        held = 2 * cfg.batch_size * layer.num_classes * layer.weight.element_size()
+        print(
+            f"experiments.{cfg.experiment}: loss {type(loss).__name__} reaches the logits "
+            f"other than through their row statistics (Loss.chunkable), so its step holds "
+            f"the {cfg.batch_size} × {layer.num_classes:,} logits and their gradient "
+            f"({held / 1e9:.2f} GB) instead of chunks of {cfg.label_chunk:,} labels",
+            flush=True,
+        )
+        return None
+    return cfg.label_chunk
 
 
 def _batch_inputs(

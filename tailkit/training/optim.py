@@ -141,6 +141,20 @@ class RowSparseOptimizer:
     def _update_rows(self, rows: Rows, lr: float) -> None:
         raise NotImplementedError
 
+    def step_range(
+        self, start: int, stop: int, grad_w: torch.Tensor, grad_b: torch.Tensor | None, step: int
+    ) -> None:
+        """Update layer rows ``start`` … ``stop`` − 1 from their full gradient (a chunk of a
+        chunked full step, tailkit/distributed/chunked_logits.py): the dense update of those
+        rows, element for element what :meth:`step` does to them with the whole gradient. The
+        encoder's parameters are left to :meth:`step_dense`."""
+        self._update_range(start, stop, grad_w, grad_b, self.learning_rate(step))
+
+    def _update_range(
+        self, start: int, stop: int, grad_w: torch.Tensor, grad_b: torch.Tensor | None, lr: float
+    ) -> None:
+        raise NotImplementedError
+
     def state_dict(self) -> dict:
         """The state that is not per output row (:meth:`row_tables` holds that)."""
         return {"dense": self.dense.state_dict() if self.dense else None}
@@ -243,6 +257,23 @@ class RowSparseSGD(RowSparseOptimizer):
                 grad = grad.add(v, alpha=self.momentum) if self.nesterov else v
             table.add_(grad, alpha=-lr)
 
+    def _update_range(
+        self, start: int, stop: int, grad_w: torch.Tensor, grad_b: torch.Tensor | None, lr: float
+    ) -> None:
+        for name, table, grad in (
+            ("weight", self.layer.weight, grad_w),
+            ("bias", self.layer.bias, grad_b),
+        ):
+            if grad is None:
+                continue
+            rows = table[start:stop]
+            if self.weight_decay > 0:
+                grad = grad.add(rows, alpha=self.weight_decay)
+            if self.velocity:
+                v = self.velocity[name][start:stop].mul_(self.momentum).add_(grad)
+                grad = grad.add(v, alpha=self.momentum) if self.nesterov else v
+            rows.add_(grad, alpha=-lr)
+
     def row_tables(self) -> dict[str, torch.Tensor]:
         return {f"velocity.{name}": v for name, v in self.velocity.items()}
 
@@ -297,6 +328,16 @@ class RowSparseAdagrad(RowSparseOptimizer):
                 apply_dense_adagrad(table, acc, grad, lr, self.eps)
             else:  # ids are unique: OutputLayer.sampled merged duplicates
                 apply_row_adagrad(table, acc, rows.ids, grad, lr, self.eps)
+
+    def _update_range(
+        self, start: int, stop: int, grad_w: torch.Tensor, grad_b: torch.Tensor | None, lr: float
+    ) -> None:
+        for table, acc, grad in (
+            (self.layer.weight, self.acc_w, grad_w),
+            (self.layer.bias, self.acc_b, grad_b),
+        ):
+            if grad is not None:
+                apply_dense_adagrad(table[start:stop], acc[start:stop], grad, lr, self.eps)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "acc_tables": self.acc_tables}

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from tailkit.distributed.chunked_logits import ChunkedLogits, RowsUpdate
+from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.training.cosine_kernels import project_rows
 
 
@@ -432,6 +434,26 @@ class OutputLayer:
         else:
             logits = _FullLogits.apply(z, rows.weight, rows.bias)
         return logits, rows
+
+    def chunked(
+        self, z: torch.Tensor, width: int, apply_rows: RowsUpdate, world: World = ONE_PROCESS
+    ) -> ChunkedLogits:
+        """The logits of every row of this layer, scored ``width`` labels at a time and never
+        held whole (:mod:`tailkit.distributed.chunked_logits`); each chunk's gradient goes to
+        ``apply_rows`` in the backward."""
+        cosine = self.cosine_scale is not None
+        if self.cosine_scale is not None:
+            z = unit_rows(z) * self.cosine_scale
+        return ChunkedLogits(
+            z,
+            self.weight,
+            self.bias,
+            width=width,
+            apply_rows=apply_rows,
+            cosine=cosine,
+            label_start=self.label_start,
+            world=world,
+        )
 
     def sampled(self, z: torch.Tensor, labels: torch.Tensor, neg: torch.Tensor) -> SampledLogits:
         """Positive logits (B,) and negative logits (B, m) touching only those rows.

@@ -106,6 +106,7 @@ class ClassBalancedLoss(Loss):
         self.register_buffer("class_weights", None, persistent=False)
         # the sigmoid and focal row sums are not reduced over a label shard (yet)
         self.shardable = loss_type == "softmax"
+        self.chunkable = loss_type == "softmax"  # batch_cross_entropy, weighted per row
         self.multilabel = loss_type != "softmax"
 
     def setup(self, class_counts: torch.Tensor) -> None:

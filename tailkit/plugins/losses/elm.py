@@ -469,6 +469,7 @@ class ELM(Loss):
 
     # CE through batch_cross_entropy, the embedding term on replicated_embeddings
     shardable = True
+    chunkable = True
 
     constraints: ClassVar[dict[str, Constraint]] = {
         "lam": Interval(0, None),

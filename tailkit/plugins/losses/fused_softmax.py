@@ -18,6 +18,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from tailkit.components import FullBatch
+from tailkit.distributed.chunked_logits import ChunkedLogits
 from tailkit.distributed.ops import scale_gradient, sharded_cross_entropy
 from tailkit.plugins.losses.softmax_kernels import cross_entropy_backward, cross_entropy_forward
 
@@ -166,8 +167,14 @@ class _CompiledCrossEntropy(torch.autograd.Function):
 def compiled_path(logits: torch.Tensor) -> bool:
     """Whether :func:`adjusted_cross_entropy` (and the one-vs-all and pull kernels beside it)
     takes the compiled kernels: float32 (B, C) logits on the CPU. float64 (the reference tests'
-    precision; the kernels' arithmetic is float32, to a few ulps) and CUDA take torch."""
-    return logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.ndim == 2
+    precision; the kernels' arithmetic is float32, to a few ulps), CUDA and chunked logits
+    (which never exist whole) take torch."""
+    return (
+        isinstance(logits, torch.Tensor)
+        and logits.device.type == "cpu"
+        and logits.dtype == torch.float32
+        and logits.ndim == 2
+    )
 
 
 def check_label_range(labels: torch.Tensor, width: int, loss: str) -> None:
@@ -235,8 +242,13 @@ def batch_cross_entropy(
 ) -> torch.Tensor:
     """:func:`adjusted_cross_entropy` of a full-mode batch (B,), on the whole label range or, in
     a label-sharded run, on this process's shard of it (``offsets`` is then still the (C,) table
-    of every label: the shard's slice is taken here)."""
+    of every label: the shard's slice is taken here). Chunked logits
+    (:class:`~tailkit.distributed.chunked_logits.ChunkedLogits`) give the same value from their
+    row statistics, label chunk by chunk."""
     labels = batch.labels.long()
+    if isinstance(batch.logits, ChunkedLogits):
+        lse, picked = batch.logits.softmax_stats(labels, offsets=offsets, target_shift=target_shift)
+        return lse - picked
     if batch.whole:
         return adjusted_cross_entropy(
             batch.logits, labels, offsets=offsets, target_shift=target_shift

@@ -74,6 +74,7 @@ class LDAM(Loss):
         # The margins live in cosine space, so the core must build the normalised layer.
         self.cosine_scale = s
         self.shardable = True  # the margin moves one logit: batch_cross_entropy does it
+        self.chunkable = True  # so do chunked logits' row statistics
         # Derived from the training counts in setup(), never saved: a checkpoint loaded after
         # setup() must not overwrite them with another split's tables.
         self.register_buffer("margins", None, persistent=False)

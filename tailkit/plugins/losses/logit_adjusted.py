@@ -31,6 +31,7 @@ class _NeedsSetup(Loss):
 
     offsets: torch.Tensor  # a buffer, registered in __init__
     shardable = True  # cross-entropy of offset logits (fused_softmax.batch_cross_entropy)
+    chunkable = True  # the same, from chunked logits' row statistics
     reduction: Literal["mean", "sum"]
 
     def __init__(self) -> None:
@@ -51,10 +52,7 @@ class _NeedsSetup(Loss):
         al.'s derivations extend to the pick-all-labels reduction)."""
         if batch.labels.ndim == 1:
             return batch_cross_entropy(batch, offsets=offsets)
-        logits = batch.logits
-        if offsets is not None:  # this process's labels of the (C,) table
-            logits = logits + offsets[batch.label_start : batch.label_start + logits.shape[1]]
-        return pick_all_labels(batch, logits)
+        return pick_all_labels(batch, offsets)
 
 
 class LogitAdjusted(_NeedsSetup):

@@ -7,6 +7,7 @@ from typing import Literal
 import torch
 
 from tailkit.components import FullBatch, Loss
+from tailkit.distributed.chunked_logits import ChunkedLogits
 from tailkit.distributed.ops import pick, row_logsumexp
 from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
 
@@ -30,6 +31,7 @@ class SoftmaxCE(Loss):
 
     multilabel = True
     shardable = True  # CE through batch_cross_entropy; PAL-N's log-softmax picks as below
+    chunkable = True  # the same two, from chunked logits' row statistics
 
     def __init__(self, *, reduction: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
@@ -37,26 +39,31 @@ class SoftmaxCE(Loss):
 
     def forward(self, batch: FullBatch) -> torch.Tensor:
         labels = batch.labels.long()
-        if labels.ndim == 1:
-            per_example = batch_cross_entropy(batch)
-        else:
-            per_example = pick_all_labels(batch, batch.logits)
+        per_example = batch_cross_entropy(batch) if labels.ndim == 1 else pick_all_labels(batch)
         return per_example.sum() if self.reduction == "sum" else per_example.mean()
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"
 
 
-def pick_all_labels(batch: FullBatch, logits: torch.Tensor) -> torch.Tensor:
+def pick_all_labels(batch: FullBatch, offsets: torch.Tensor | None = None) -> torch.Tensor:
     """PAL-N per row: ``(1/|P|) Σ_{j∈P} (log Σ_l exp(s_l) − s_j)`` over the row's labels P
-    (``batch.labels`` (B, k), −1 padded; 0 for a row without labels) on ``logits``, the
-    batch's own or adjusted ones, of every label or of this process's shard."""
+    (``batch.labels`` (B, k), −1 padded; 0 for a row without labels) on s = the batch's logits
+    + ``offsets`` (the (C,) table of every label, a constant; none by default), of every label,
+    of this process's shard or label chunk by chunk."""
     labels = batch.labels.long()
     present = labels >= 0
-    if batch.whole:
-        log_p = torch.log_softmax(logits, dim=1).gather(1, labels.clamp(min=0))
+    logits = batch.logits
+    if isinstance(logits, ChunkedLogits):
+        lse, picked = logits.softmax_stats(labels, offsets=offsets)
+        log_p = picked - lse.unsqueeze(1)
     else:
-        lse = row_logsumexp(logits, batch.world).unsqueeze(1)
-        log_p = pick(logits, labels, batch.label_start, batch.world) - lse
+        if offsets is not None:  # this process's labels of the (C,) table
+            logits = logits + offsets.detach()[batch.label_start : batch.label_stop]
+        if batch.whole:
+            log_p = torch.log_softmax(logits, dim=1).gather(1, labels.clamp(min=0))
+        else:
+            lse = row_logsumexp(logits, batch.world).unsqueeze(1)
+            log_p = pick(logits, labels, batch.label_start, batch.world) - lse
     sizes = present.sum(dim=1, keepdim=True).clamp(min=1)
     return -(torch.where(present, log_p, 0.0) / sizes).sum(dim=1)

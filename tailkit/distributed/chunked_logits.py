@@ -1,0 +1,265 @@
+"""A full-mode batch's logits that never exist whole: the output layer scored label chunk by chunk.
+
+A full softmax step over C labels holds the (B, C) logits and their gradient, which at C = 10^6
+and B = 4,096 is 33 GB in float32 before the layer itself. The losses of the softmax family
+need the logits only through two reductions per row: the log-sum-exp of the adjusted logits
+a_ij = f_ij + o_j (+ s_i at the row's label, LDAM's margin) over every label, and the adjusted
+logits of the row's own labels. :class:`ChunkedLogits` computes those two from the embeddings
+and the layer's rows, ``width`` labels at a time, with an online log-sum-exp (per row a running
+maximum and Σ exp(a − max), rescaled when the maximum grows), so a step holds one (B, width)
+chunk whatever C is.
+
+The backward runs over the chunks again: each chunk's logits are recomputed (one more GEMM:
+four of 2·B·C·d FLOPs a step instead of three, the price of not holding the logits, as in Cut
+Cross-Entropy), turned into their gradient g_lse·softmax(a) + g_pick·[j is the row's label],
+and used at once: the embeddings' gradient accumulates G_c·W_c, and the chunk's rows get
+G_cᵀ·z and the column sums of G_c, which the core hands to the output layer's optimiser
+(``apply_rows``) before the next chunk, so no C × d gradient exists either. Each chunk's rows
+are updated after their last use in the step, so the result is the materialised step's up to
+the order of float additions.
+
+In a label-sharded run (``world``) each rank chunks its own labels and the per-row statistics
+are combined across the ranks once (a maximum, a sum and the picks' sum), as
+:mod:`tailkit.distributed.ops` does for materialised shards.
+
+A loss reaches these logits only through :func:`tailkit.plugins.losses.fused_softmax.
+batch_cross_entropy` and :func:`~tailkit.plugins.losses.softmax.pick_all_labels` (and says so
+with ``Loss.chunkable``); the two reductions are asked once per step, since the backward
+applies the layer's update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+from tailkit.distributed.ops import _all_reduce
+from tailkit.distributed.world import ONE_PROCESS, World
+
+#: What the backward hands the core for each chunk: its first and one-past-last row of the
+#: layer (this process's rows), the weight rows' gradient (stop − start, d) and the biases'
+#: (stop − start,), None for a cosine layer, whose bias takes no part.
+RowsUpdate = Callable[[int, int, torch.Tensor, torch.Tensor | None], None]
+
+
+class ChunkedLogits:
+    """The logits (B, L) of embeddings ``z`` against ``weight`` (L, d) and ``bias`` (L,), labels
+    ``label_start`` … ``label_start + L − 1`` of ``num_classes``, scored ``width`` labels at
+    a time and never held whole.
+
+    ``cosine``: logits s·⟨ẑ, w_j/‖w_j‖⟩ of a normalised layer without bias, ``z`` then being
+    s·ẑ already (the core normalises and scales the B rows, not the C). ``shape``, ``dtype``,
+    ``device`` and ``ndim`` describe the logits as a tensor would, so a loss can build its
+    per-class tables in their dtype.
+    """
+
+    def __init__(
+        self,
+        z: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        *,
+        width: int,
+        apply_rows: RowsUpdate,
+        cosine: bool = False,
+        label_start: int = 0,
+        world: World = ONE_PROCESS,
+    ) -> None:
+        if width < 1:
+            raise ValueError(f"a label chunk needs at least one label, got {width}")
+        self.z = z
+        self.weight = weight
+        self.bias = bias
+        self.width = width
+        self.apply_rows = apply_rows
+        self.cosine = cosine
+        self.label_start = label_start
+        self.world = world
+        self.reduced = False
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.z.shape[0], self.weight.shape[0]))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.z.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.z.device
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """[start, stop) of each chunk, in this process's rows."""
+        rows = self.weight.shape[0]
+        return [(s, min(s + self.width, rows)) for s in range(0, rows, self.width)]
+
+    def softmax_stats(
+        self,
+        labels: torch.Tensor,
+        *,
+        offsets: torch.Tensor | None = None,
+        target_shift: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row, log Σ_j exp(a_ij) over every label (B,), and a at ``labels`` (global ids,
+        (B,) or (B, k) padded with −1, which gives 0), where a = logits + ``offsets`` (the (C,)
+        table of every label; constant) and, at each of the row's labels, + ``target_shift``
+        (the labels' shape; constant). Differentiable with respect to the embeddings; the
+        layer's gradient goes to ``apply_rows`` during the backward. Once per step."""
+        if self.reduced:
+            raise RuntimeError(
+                "chunked logits are reduced once per step (their backward updates the layer): "
+                "ask softmax_stats for everything in one call"
+            )
+        self.reduced = True
+        if offsets is not None:
+            offsets = offsets.detach()[self.label_start : self.label_start + self.shape[1]]
+            offsets = offsets.to(self.dtype)
+        if target_shift is not None:
+            target_shift = target_shift.detach().to(self.dtype)
+        lse, picked = _ChunkedSoftmaxStats.apply(self.z, labels.long(), offsets, target_shift, self)
+        return lse, picked
+
+
+def _chunk_entries(
+    flat: torch.Tensor, lo: int, hi: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The (row, slot) entries of ``flat`` (B, k) global ids that fall in [lo, hi), and their
+    columns in the chunk."""
+    rows, slots = ((flat >= lo) & (flat < hi)).nonzero(as_tuple=True)
+    return rows, slots, flat[rows, slots] - lo
+
+
+class _ChunkedSoftmaxStats(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any,
+        z: torch.Tensor,
+        labels: torch.Tensor,
+        offsets: torch.Tensor | None,
+        shift: torch.Tensor | None,
+        chunks: ChunkedLogits,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = z.shape[0]
+        flat = labels.reshape(batch, -1)
+        flat_shift = None if shift is None else shift.reshape(batch, -1)
+        top = z.new_full((batch,), float("-inf"))
+        total = z.new_zeros(batch)
+        picked = z.new_zeros(flat.shape)
+        buffer = z.new_empty(batch, min(chunks.width, chunks.shape[1]))
+        for start, stop in chunks.bounds():
+            a = _adjusted(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
+            rows, slots, cols = _chunk_entries(
+                flat, chunks.label_start + start, chunks.label_start + stop
+            )
+            picked[rows, slots] = a[rows, cols]
+            # online log-sum-exp: Σ exp(a − m) kept against the running maximum m
+            grown = torch.maximum(top, a.amax(dim=1))
+            pivot = torch.where(torch.isfinite(grown), grown, torch.zeros_like(grown))
+            total.mul_(torch.exp(top - pivot)).add_(a.sub_(pivot.unsqueeze(1)).exp_().sum(dim=1))
+            top = grown
+        if chunks.world.sharded:
+            top, total, picked = _combined(top, total, picked, chunks.world)
+        pivot = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        lse = total.log_().add_(pivot)
+        ctx.save_for_backward(z, flat, offsets, flat_shift, lse)
+        ctx.chunks = chunks
+        ctx.label_shape = labels.shape
+        return lse, picked.view(labels.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, grad_lse: torch.Tensor, grad_picked: torch.Tensor
+    ) -> tuple[torch.Tensor | None, None, None, None, None]:
+        z, flat, offsets, flat_shift, lse = ctx.saved_tensors
+        chunks: ChunkedLogits = ctx.chunks
+        batch = z.shape[0]
+        grad_flat = grad_picked.reshape(batch, -1)
+        grad_z = torch.zeros_like(z)
+        buffer = z.new_empty(batch, min(chunks.width, chunks.shape[1]))
+        for start, stop in chunks.bounds():
+            a = _adjusted(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
+            # g_lse · softmax(a) + g_pick at the row's labels: the logits' gradient (∂a/∂f = 1)
+            g = a.sub_(lse.unsqueeze(1)).exp_().mul_(grad_lse.unsqueeze(1))
+            rows, slots, cols = _chunk_entries(
+                flat, chunks.label_start + start, chunks.label_start + stop
+            )
+            g.index_put_((rows, cols), grad_flat[rows, slots], accumulate=True)
+            w = _rows(chunks, start, stop)
+            grad_z.addmm_(g, w[0])
+            grad_w = g.t() @ z
+            if chunks.cosine:
+                grad_w = _project(grad_w, chunks.weight[start:stop], w[1], w[2])
+                chunks.apply_rows(start, stop, grad_w, None)
+            else:
+                chunks.apply_rows(start, stop, grad_w, g.sum(dim=0))
+        return grad_z, None, None, None, None
+
+
+def _rows(
+    chunks: ChunkedLogits, start: int, stop: int
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The rows the chunk's logits are products with: the weights, or for a cosine layer the
+    unit rows w/max(‖w‖, ε) with the clamped norms and where the clamp binds."""
+    w = chunks.weight[start:stop]
+    if not chunks.cosine:
+        return w, None, None
+    norm = torch.linalg.vector_norm(w, dim=1, keepdim=True)
+    clamped = norm < 1e-12
+    norm = norm.clamp_min_(1e-12)
+    return w / norm, norm, clamped
+
+
+def _project(
+    grad: torch.Tensor, w: torch.Tensor, norm: torch.Tensor | None, clamped: torch.Tensor | None
+) -> torch.Tensor:
+    """The gradient of w from that of ŵ = w/‖w‖: (G − w⟨w, G⟩/‖w‖²)/‖w‖ (G/ε where clamped)."""
+    assert norm is not None and clamped is not None
+    along = (w * grad).sum(dim=1, keepdim=True).div_(norm.square()).masked_fill_(clamped, 0.0)
+    return grad.addcmul_(w, along, value=-1.0).div_(norm)
+
+
+def _adjusted(
+    chunks: ChunkedLogits,
+    z: torch.Tensor,
+    start: int,
+    stop: int,
+    offsets: torch.Tensor | None,
+    flat: torch.Tensor,
+    flat_shift: torch.Tensor | None,
+    buffer: torch.Tensor,
+) -> torch.Tensor:
+    """The chunk's adjusted logits (B, stop − start), written into ``buffer``."""
+    out = buffer[:, : stop - start]
+    w = _rows(chunks, start, stop)[0]
+    if chunks.cosine:
+        torch.mm(z, w.t(), out=out)
+    else:
+        torch.addmm(chunks.bias[start:stop], z, w.t(), out=out)
+    if offsets is not None:
+        out.add_(offsets[start:stop])
+    if flat_shift is not None:
+        lo = chunks.label_start + start
+        rows, slots, cols = _chunk_entries(flat, lo, chunks.label_start + stop)
+        out.index_put_((rows, cols), flat_shift[rows, slots], accumulate=True)
+    return out
+
+
+def _combined(
+    top: torch.Tensor, total: torch.Tensor, picked: torch.Tensor, world: World
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every rank's running statistics combined: the maximum over ranks, each rank's Σ exp
+    rescaled to it and summed, and the picks summed (each label's from the rank that owns it)."""
+    overall = _all_reduce(top, world, dist.ReduceOp.MAX)
+    pivot = torch.where(torch.isfinite(overall), overall, torch.zeros_like(overall))
+    rescaled = total * torch.exp(top - pivot)
+    return overall, _all_reduce(rescaled, world), _all_reduce(picked, world)
