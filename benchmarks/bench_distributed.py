@@ -51,15 +51,26 @@ def train_case(
     batch: int = BATCH,
     rows: int = ROWS,
     device: torch.device = CPU,
+    label_chunk: int | None = None,
+    learned_encoder: bool = False,
 ) -> tuple[TrainResult, OutputLayer, RowSparseAdagrad]:
     """``steps`` steps of the loop on random features through a parameter-free linear encoder:
-    sampled softmax with ``negatives`` shared uniform negatives, or the full softmax (None)."""
+    sampled softmax with ``negatives`` shared uniform negatives, or the full softmax (None),
+    its labels scored ``label_chunk`` at a time when that is set. ``learned_encoder``: one
+    learned d × d layer instead (an MLP without hidden layers), so that the step also forms
+    the embeddings' gradient, as every model with parameters needs."""
     registry = make_registry()
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(rows, dim, generator=gen)
     y = torch.randint(classes, (rows,), generator=gen)
     counts = torch.bincount(y, minlength=classes).double()
-    encoder = registry.build("models", {"name": "linear"}, "bench", dim).to(device)
+    model = (
+        {"name": "mlp", "hidden": [], "dim": dim, "final_relu": False}
+        if learned_encoder
+        else {"name": "linear"}
+    )
+    torch.manual_seed(0)
+    encoder = registry.build("models", model, "bench", dim).to(device)
     sampled = negatives is not None
     loss = registry.build(
         "losses", {"name": "sampled-softmax"} if sampled else {"name": "softmax"}, "bench"
@@ -84,6 +95,7 @@ def train_case(
             max_steps=steps,
             eval_every=10**9,
             checkpoint_every=10**9,
+            label_chunk=label_chunk,
         ),
         encoder=encoder,
         layer=layer,

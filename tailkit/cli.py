@@ -461,6 +461,8 @@ def exps(params_path: Path) -> None:
 @click.option("--batch-size", default=4096, show_default=True, type=click.IntRange(1))
 @click.option("--negatives", type=click.IntRange(1), default=None,
               help="Sampled mode with this many negatives a row; full softmax without it.")  # fmt: skip
+@click.option("--label-chunk", default="auto", show_default=True,
+              help="Full mode's labels a chunk (train.label_chunk): a number, auto or none.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 def plan(
     num_classes: int,
@@ -470,14 +472,21 @@ def plan(
     optimizer: str,
     batch_size: int,
     negatives: int | None,
+    label_chunk: str,
     as_json: bool,
 ) -> None:
     """Bytes per process of a label-sharded run: output layer, optimizer state, one step's
     activations, and bytes sent per step (tailkit/distributed/plan.py)."""
     from tailkit.distributed import plan as planning
 
+    chunk: int | str | None = None if label_chunk == "none" else label_chunk
+    if label_chunk not in ("auto", "none"):
+        if not label_chunk.isdigit() or int(label_chunk) < 1:
+            raise click.BadParameter("a positive number of labels, auto or none",
+                                     param_hint="--label-chunk")  # fmt: skip
+        chunk = int(label_chunk)
     p = planning.plan(num_classes, dim, nproc, dtype=dtype, optimizer=optimizer,
-                      batch_size=batch_size, negatives=negatives)  # fmt: skip
+                      batch_size=batch_size, negatives=negatives, label_chunk=chunk)  # fmt: skip
     click.echo(json.dumps(planning.as_dict(p)) if as_json else planning.describe(p))
 
 

@@ -108,6 +108,10 @@ class TrainParams:
     checkpoint_budget: float = 0.05
     max_steps: int | None = None  # *
     row_sampling: RowSampling = "instance"  # *
+    # a full-mode step scores its labels this many at a time without holding the (B, C)
+    # logits (tailkit/distributed/chunked_logits.py); "auto": in chunks of 4,096 once the
+    # logits would reach 2^27 numbers; null: never
+    label_chunk: int | Literal["auto"] | None = "auto"
     # label-sharded training over processes (tailkit/distributed/launch.py DistributedParams):
     # {nproc_per_node: 1, nnodes: 1} is one process
     distributed: dict[str, int] = field(default_factory=lambda: {"nproc_per_node": 1, "nnodes": 1})
@@ -126,6 +130,7 @@ class TrainParams:
         "checkpoint_every": Interval(1, None),
         "checkpoint_budget": Interval(0, 1, closed="right"),
         "max_steps": Interval(1, None),
+        "label_chunk": Interval(1, None),
     }
 
 

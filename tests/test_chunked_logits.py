@@ -8,16 +8,21 @@ its own labels."""
 
 from __future__ import annotations
 
+import json
 from typing import cast
 
 import pytest
 import torch
+from click.testing import CliRunner
 from spawn_world import run_world
 
+from tailkit.cli import cli
 from tailkit.components import FullBatch
-from tailkit.distributed.chunked_logits import ChunkedLogits
+from tailkit.distributed.chunked_logits import AUTO_WIDTH, ChunkedLogits, chunk_width
 from tailkit.distributed.ops import gather_rows
+from tailkit.distributed.plan import plan
 from tailkit.distributed.world import ONE_PROCESS, World
+from tailkit.plugins.models.linear import Linear
 from tailkit.registry import make_registry
 from tailkit.training.loop import LoopConfig, log_prior_from_counts, train
 from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
@@ -260,3 +265,53 @@ def test_chunked_logits_describe_themselves_as_the_logits_would() -> None:
     assert chunks.bounds() == [(0, 4), (4, 8), (8, 10)]
     with pytest.raises(ValueError, match="at least one label"):
         ChunkedLogits(chunks.z, chunks.weight, chunks.bias, width=0, apply_rows=lambda *_: None)
+
+
+def test_auto_chunks_once_the_logits_would_reach_two_to_the_27() -> None:
+    assert chunk_width("auto", 512, 3875) is None  # the default study: 2 M logits, held
+    assert chunk_width("auto", 512, 2**18) == AUTO_WIDTH  # 2^27 logits: chunked
+    assert chunk_width("auto", 512, 2**18 - 1) is None
+    assert chunk_width(None, 4096, 10**7) is None
+    assert chunk_width(1000, 1, 1000) is None and chunk_width(1000, 1, 1001) == 1000
+
+
+def test_the_plan_counts_one_chunk_instead_of_the_logits() -> None:
+    c, d, b = 1_000_000, 128, 512
+    held, chunked = plan(c, d, 1, batch_size=b, label_chunk=None), plan(c, d, 1, batch_size=b)
+    assert held.label_chunk is None and chunked.label_chunk == AUTO_WIDTH
+    assert held.activation_bytes == 2 * b * c * 4
+    w = AUTO_WIDTH
+    assert chunked.activation_bytes == (b * w + w * (d + 1) + b * d) * 4
+    assert chunked.layer_bytes == held.layer_bytes
+    # sampled mode is not chunked, whatever label_chunk says
+    assert plan(c, d, 1, batch_size=b, negatives=64).label_chunk is None
+    runner = CliRunner()
+    text = runner.invoke(cli, ["plan", "--num-classes", "1000000", "--dim", "128"])
+    assert "full softmax in chunks of 4,096 labels" in text.output, text.output
+    none = runner.invoke(cli, ["plan", "--num-classes", "1000000", "--dim", "8", "--json",
+                               "--label-chunk", "none"])  # fmt: skip
+    assert json.loads(none.output)["label_chunk"] is None
+    bad = runner.invoke(cli, ["plan", "--num-classes", "10", "--dim", "8", "--label-chunk", "0"])
+    assert bad.exit_code == 2 and "--label-chunk" in bad.output
+
+
+def test_a_loss_that_cannot_be_chunked_says_so_and_keeps_the_logits(capsys) -> None:
+    gen = torch.Generator().manual_seed(4)
+    classes, rows = 200, 64
+    x = torch.randn(rows, D, generator=gen)
+    y = torch.randint(0, classes, (rows,), generator=gen)
+    loss = make_registry().build("losses", {"name": "cb-focal", "loss_type": "sigmoid"}, "t")
+    assert not loss.chunkable
+    layer = OutputLayer.for_loss(loss, classes, D, generator=gen)
+    before = layer.weight.clone()
+    train(
+        cfg=LoopConfig(experiment="focal", epochs=1, batch_size=32, eval_every=100,
+                       label_chunk=50),
+        encoder=Linear(D), layer=layer, loss=loss, sampler=None,
+        optimizer=RowSparseAdagrad(lr=0.1), x_train=x, y_train=y, x_val=x[:8], y_val=y[:8],
+        class_counts=torch.bincount(y, minlength=classes).double(),
+    )  # fmt: skip
+    said = capsys.readouterr().out
+    assert "experiments.focal: loss ClassBalancedLoss" in said and "Loss.chunkable" in said
+    assert "32 × 200 logits" in said and "chunks of 50 labels" in said
+    assert not torch.equal(layer.weight, before)

@@ -39,9 +39,11 @@ def test_the_plan_counts_what_a_real_shard_allocates(optimizer, cls) -> None:
 
 
 def test_the_plan_halves_per_process_with_twice_the_processes_and_bf16_halves_again() -> None:
-    one, two = plan(1_000_000, 512, 1), plan(1_000_000, 512, 2)
+    one, two = (plan(1_000_000, 512, w, label_chunk=None) for w in (1, 2))
     assert two.layer_bytes == pytest.approx(one.layer_bytes / 2, rel=0.01)
     assert two.activation_bytes == pytest.approx(one.activation_bytes / 2, rel=0.01)
+    # chunked (the default at this size), a step holds one chunk whatever W is
+    assert plan(1_000_000, 512, 1).activation_bytes == plan(1_000_000, 512, 2).activation_bytes
     assert one.sent_bytes_per_step == 0 < two.sent_bytes_per_step
     half = plan(1_000_000, 512, 2, dtype="bf16")
     assert half.layer_bytes * 2 == two.layer_bytes

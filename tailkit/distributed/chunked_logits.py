@@ -37,8 +37,31 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
+from tailkit.distributed.chunk_kernels import chunk_gradient, fold_chunk
 from tailkit.distributed.ops import _all_reduce
 from tailkit.distributed.world import ONE_PROCESS, World
+
+#: Labels per chunk under ``label_chunk: auto``: a (B, 4,096) float32 chunk at B = 512 is 8 MB,
+#: and on the CPU wider chunks measured no faster (benchmarks/bench_full.py).
+AUTO_WIDTH = 4096
+#: ``auto`` chunks once the (B, C) logits would hold this many numbers (512 MB in float32):
+#: below it the materialised step's three GEMMs beat the chunked step's four (on 2 CPU cores,
+#: B = 512, the chunked step took 1.16× the time at C = 10^5 and 0.79× at 10^6, for a fifth
+#: of the memory at both).
+AUTO_FROM = 2**27
+
+
+def chunk_width(setting: int | str | None, batch_size: int, num_classes: int) -> int | None:
+    """Labels per chunk of a full step over ``num_classes`` labels (this process's), or None
+    for the materialised logits: ``setting`` is ``train.label_chunk`` (an int, "auto" or
+    None)."""
+    if setting is None:
+        return None
+    if setting == "auto":
+        return AUTO_WIDTH if batch_size * num_classes >= AUTO_FROM else None
+    width = int(setting)
+    return width if num_classes > width else None
+
 
 #: What the backward hands the core for each chunk: its first and one-past-last row of the
 #: layer (this process's rows), the weight rows' gradient (stop − start, d) and the biases'
@@ -80,6 +103,7 @@ class ChunkedLogits:
         self.label_start = label_start
         self.world = world
         self.reduced = False
+        self.wants_z_grad = True
 
     @property
     def shape(self) -> torch.Size:
@@ -125,7 +149,11 @@ class ChunkedLogits:
             offsets = offsets.to(self.dtype)
         if target_shift is not None:
             target_shift = target_shift.detach().to(self.dtype)
-        lse, picked = _ChunkedSoftmaxStats.apply(self.z, labels.long(), offsets, target_shift, self)
+        z = self.z
+        self.wants_z_grad = z.requires_grad
+        if not z.requires_grad:  # an encoder without parameters: the backward still updates
+            z = z.detach().requires_grad_()  # the layer, and skips the embeddings' product
+        lse, picked = _ChunkedSoftmaxStats.apply(z, labels.long(), offsets, target_shift, self)
         return lse, picked
 
 
@@ -151,17 +179,23 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
         batch = z.shape[0]
         flat = labels.reshape(batch, -1)
         flat_shift = None if shift is None else shift.reshape(batch, -1)
+        compiled = _compiled(z, chunks)
         top = z.new_full((batch,), float("-inf"))
-        total = z.new_zeros(batch)
+        # the compiled fold sums in float64 (tailkit/distributed/chunk_kernels.py)
+        total = z.new_zeros(batch, dtype=torch.float64 if compiled else z.dtype)
         picked = z.new_zeros(flat.shape)
-        buffer = z.new_empty(batch, min(chunks.width, chunks.shape[1]))
+        buffer = z.new_empty(batch * min(chunks.width, chunks.shape[1]))
         for start, stop in chunks.bounds():
-            a = _adjusted(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
+            raw, addend = _chunk(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
             rows, slots, cols = _chunk_entries(
                 flat, chunks.label_start + start, chunks.label_start + stop
             )
-            picked[rows, slots] = a[rows, cols]
+            picked[rows, slots] = raw[rows, cols] + addend[cols]
+            if compiled:
+                fold_chunk(raw.numpy(), addend.numpy(), top.numpy(), total.numpy())
+                continue
             # online log-sum-exp: Σ exp(a − m) kept against the running maximum m
+            a = raw.add_(addend)
             grown = torch.maximum(top, a.amax(dim=1))
             pivot = torch.where(torch.isfinite(grown), grown, torch.zeros_like(grown))
             total.mul_(torch.exp(top - pivot)).add_(a.sub_(pivot.unsqueeze(1)).exp_().sum(dim=1))
@@ -169,11 +203,10 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
         if chunks.world.sharded:
             top, total, picked = _combined(top, total, picked, chunks.world)
         pivot = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        lse = total.log_().add_(pivot)
+        lse = total.log().add_(pivot)
         ctx.save_for_backward(z, flat, offsets, flat_shift, lse)
         ctx.chunks = chunks
-        ctx.label_shape = labels.shape
-        return lse, picked.view(labels.shape)
+        return lse.to(z.dtype), picked.view(labels.shape)
 
     @staticmethod
     @once_differentiable
@@ -183,19 +216,26 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
         z, flat, offsets, flat_shift, lse = ctx.saved_tensors
         chunks: ChunkedLogits = ctx.chunks
         batch = z.shape[0]
+        compiled = _compiled(z, chunks)
         grad_flat = grad_picked.reshape(batch, -1)
+        grad_rows = grad_lse.to(z.dtype).contiguous()
         grad_z = torch.zeros_like(z)
-        buffer = z.new_empty(batch, min(chunks.width, chunks.shape[1]))
+        buffer = z.new_empty(batch * min(chunks.width, chunks.shape[1]))
         for start, stop in chunks.bounds():
-            a = _adjusted(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
+            raw, addend = _chunk(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
             # g_lse · softmax(a) + g_pick at the row's labels: the logits' gradient (∂a/∂f = 1)
-            g = a.sub_(lse.unsqueeze(1)).exp_().mul_(grad_lse.unsqueeze(1))
+            if compiled:
+                chunk_gradient(raw.numpy(), addend.numpy(), lse.numpy(), grad_rows.numpy())
+                g = raw
+            else:
+                g = raw.add_(addend).sub_(lse.unsqueeze(1)).exp_().mul_(grad_rows.unsqueeze(1))
             rows, slots, cols = _chunk_entries(
                 flat, chunks.label_start + start, chunks.label_start + stop
             )
             g.index_put_((rows, cols), grad_flat[rows, slots], accumulate=True)
             w = _rows(chunks, start, stop)
-            grad_z.addmm_(g, w[0])
+            if chunks.wants_z_grad:
+                grad_z.addmm_(g, w[0])
             grad_w = g.t() @ z
             if chunks.cosine:
                 grad_w = _project(grad_w, chunks.weight[start:stop], w[1], w[2])
@@ -203,6 +243,11 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
             else:
                 chunks.apply_rows(start, stop, grad_w, g.sum(dim=0))
         return grad_z, None, None, None, None
+
+
+def _compiled(z: torch.Tensor, chunks: ChunkedLogits) -> bool:
+    """Whether the chunks take the compiled kernels: float32 on the CPU."""
+    return z.device.type == "cpu" and z.dtype == chunks.weight.dtype == torch.float32
 
 
 def _rows(
@@ -228,7 +273,7 @@ def _project(
     return grad.addcmul_(w, along, value=-1.0).div_(norm)
 
 
-def _adjusted(
+def _chunk(
     chunks: ChunkedLogits,
     z: torch.Tensor,
     start: int,
@@ -237,21 +282,20 @@ def _adjusted(
     flat: torch.Tensor,
     flat_shift: torch.Tensor | None,
     buffer: torch.Tensor,
-) -> torch.Tensor:
-    """The chunk's adjusted logits (B, stop − start), written into ``buffer``."""
-    out = buffer[:, : stop - start]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk's products (B, stop − start), contiguous in ``buffer``, with each row's shift
+    added at its labels, and what every row adds to column j (w,): the bias and the offset."""
+    out = buffer[: z.shape[0] * (stop - start)].view(z.shape[0], stop - start)
     w = _rows(chunks, start, stop)[0]
-    if chunks.cosine:
-        torch.mm(z, w.t(), out=out)
-    else:
-        torch.addmm(chunks.bias[start:stop], z, w.t(), out=out)
-    if offsets is not None:
-        out.add_(offsets[start:stop])
+    torch.mm(z, w.t(), out=out)
     if flat_shift is not None:
         lo = chunks.label_start + start
         rows, slots, cols = _chunk_entries(flat, lo, chunks.label_start + stop)
         out.index_put_((rows, cols), flat_shift[rows, slots], accumulate=True)
-    return out
+    addend = torch.zeros_like(out[0]) if chunks.cosine else chunks.bias[start:stop]
+    if offsets is not None:
+        addend = addend + offsets[start:stop]
+    return out, addend.contiguous()
 
 
 def _combined(

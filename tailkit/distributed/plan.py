@@ -5,7 +5,8 @@ meta device, by the code a run allocates them with (:class:`OutputLayer`, the op
 ``attach`` and ``row_tables``, :func:`~tailkit.distributed.world.shard_range`), so their bytes
 are the ones training would hold and change with it. A step's activations and the bytes a
 process sends are counted from the step's shapes (tailkit/training/loop.py and
-tailkit/distributed/ops.py): in full mode the logits of its labels and their gradient, the
+tailkit/distributed/ops.py): in full mode the logits of its labels and their gradient (or,
+chunked, one chunk's and its rows' gradient: tailkit/distributed/chunked_logits.py), the
 gathered embeddings and their gradient's all-reduce, and the (B,) softmax statistics; in
 sampled mode the (B, 1 + m) logits, all-reduced (the global draw of the distributed design
 note, §3.3). Ring collectives move about (W − 1)/W of a tensor per process, all-reduce twice
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from tailkit.distributed.chunked_logits import chunk_width
 from tailkit.distributed.world import LABEL_BLOCK, shard_range
 from tailkit.training.optim import OPTIMIZERS
 from tailkit.training.output_layer import OutputLayer
@@ -36,6 +38,7 @@ class Plan:
     optimizer: str
     batch_size: int
     negatives: int | None  # None: full mode (every label scored)
+    label_chunk: int | None  # full mode: labels a chunk, None when the logits are held whole
     labels_per_rank: int
     layer_bytes: int
     optimizer_bytes: int
@@ -58,9 +61,12 @@ def plan(
     batch_size: int = 4096,
     negatives: int | None = None,
     block: int = LABEL_BLOCK,
+    label_chunk: int | str | None = "auto",
 ) -> Plan:
     """The :class:`Plan` of ``nproc`` processes sharing ``num_classes`` labels of a ``dim``-wide
-    output layer (``negatives`` None: full softmax; else sampled with that many per row)."""
+    output layer (``negatives`` None: full softmax; else sampled with that many per row).
+    ``label_chunk`` is ``train.label_chunk``: a full step over more of a process's labels is
+    chunked (:func:`~tailkit.distributed.chunked_logits.chunk_width`)."""
     widest = max(
         stop - start
         for start, stop in (shard_range(num_classes, r, nproc, block) for r in range(nproc))
@@ -71,7 +77,13 @@ def plan(
     opt.attach(layer, [])
     size = torch.tensor([], dtype=DTYPES[dtype]).element_size()
     share = (nproc - 1) / nproc  # of a tensor a ring collective moves per process
-    if negatives is None:
+    width = chunk_width(label_chunk, batch_size, widest) if negatives is None else None
+    if width is not None:
+        # one chunk's products (turned into their gradient in place), its rows' weight and
+        # bias gradient, and the embeddings' gradient the backward accumulates
+        activations = (batch_size * width + width * (dim + 1) + batch_size * dim) * size
+        sent = batch_size * dim * size * 3 * share + 3 * 2 * batch_size * 4 * share
+    elif negatives is None:
         activations = 2 * batch_size * widest * size  # logits and their gradient
         # gathered Z, its gradient's all-reduce (2×), and the softmax's max, Σexp and pick
         sent = batch_size * dim * size * 3 * share + 3 * 2 * batch_size * 4 * share
@@ -86,6 +98,7 @@ def plan(
         optimizer=optimizer,
         batch_size=batch_size,
         negatives=negatives,
+        label_chunk=width,
         labels_per_rank=widest,
         layer_bytes=_bytes(layer.state_dict().values()),
         optimizer_bytes=_bytes(opt.row_tables().values()),
@@ -101,6 +114,8 @@ def _bytes(tensors) -> int:
 def describe(p: Plan) -> str:
     """The plan as a few lines of text (what ``tailkit plan`` prints)."""
     mode = "full softmax" if p.negatives is None else f"sampled, {p.negatives} negatives a row"
+    if p.label_chunk is not None:
+        mode += f" in chunks of {p.label_chunk:,} labels"
     setup = f"{p.nproc} process(es), {p.dtype}, {p.optimizer}, batch {p.batch_size:,}, {mode}"
     rows = [
         f"{p.num_classes:,} labels × {p.dim} dims, {setup}",

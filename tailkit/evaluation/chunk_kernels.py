@@ -25,7 +25,7 @@ import numpy as np
 from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
 
-#: Running maxima, one per column of a 64-column stripe (see softmax_kernels._MAX_STRIPE: the
+#: Running maxima, one per column of a 64-column stripe (see tailkit.native.row_softmax.MAX_STRIPE: the
 #: element-wise max of a stripe into them vectorises, 16 unrolled maxima did not).
 _MAX_STRIPE = 64
 

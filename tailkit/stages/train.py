@@ -120,6 +120,7 @@ def _train(
         ),
         seed=seed,
         row_sampling=settings["row_sampling"],
+        label_chunk=params.train.label_chunk,
     )
     schedule = plan_validation(
         eval_every=params.train.eval_every,

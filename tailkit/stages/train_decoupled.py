@@ -276,6 +276,7 @@ def _loop_config(
         step_work=step_work(settings["batch_size"], num_classes, dim, None),
         seed=params.base.seed,
         row_sampling=settings["row_sampling"],
+        label_chunk=params.train.label_chunk,
     )
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, SampledBatch, Sampler
+from tailkit.distributed.chunked_logits import chunk_width
 from tailkit.distributed.ops import gather_rows, scale_gradient, sum_gradient, sum_over_ranks
 from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
@@ -70,8 +71,9 @@ class LoopConfig:
     #: permutation; "class-balanced", "square-root" and "progressive" are Kang et al.'s samplers
     row_sampling: str = "instance"
     #: a full-mode step over more labels than this scores them this many at a time without
-    #: holding the (B, C) logits (tailkit/distributed/chunked_logits.py); None: never
-    label_chunk: int | None = None
+    #: holding the (B, C) logits; "auto" by their size (distributed/chunked_logits.py
+    #: chunk_width); None: never
+    label_chunk: int | str | None = None
 
     def total_steps(self, rows: int) -> int:
         """Steps of a run over ``rows`` training rows: ⌈epochs × batches per epoch⌉, capped."""
@@ -504,7 +506,8 @@ def _chunk_width(
     """Labels per chunk of a chunked full step, or None for the materialised (B, C) logits:
     a full-mode step over more of this process's labels than ``cfg.label_chunk`` is chunked
     when the loss says it can be (``Loss.chunkable``); one that cannot says so once."""
-    if sampler is not None or cfg.label_chunk is None or layer.num_classes <= cfg.label_chunk:
+    width = chunk_width(cfg.label_chunk, cfg.batch_size, layer.num_classes)
+    if sampler is not None or width is None:
         return None
     if not getattr(loss, "chunkable", False):
         held = 2 * cfg.batch_size * layer.num_classes * layer.weight.element_size()
@@ -512,11 +515,11 @@ def _chunk_width(
             f"experiments.{cfg.experiment}: loss {type(loss).__name__} reaches the logits "
             f"other than through their row statistics (Loss.chunkable), so its step holds "
             f"the {cfg.batch_size} × {layer.num_classes:,} logits and their gradient "
-            f"({held / 1e9:.2f} GB) instead of chunks of {cfg.label_chunk:,} labels",
+            f"({held / 1e9:.2f} GB) instead of chunks of {width:,} labels",
             flush=True,
         )
         return None
-    return cfg.label_chunk
+    return width
 
 
 def _batch_inputs(

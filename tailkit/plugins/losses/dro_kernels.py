@@ -31,7 +31,7 @@ import numpy as np
 
 from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
-from tailkit.plugins.losses.softmax_kernels import _row_max
+from tailkit.native.row_softmax import row_max
 
 _ZERO = np.float32(0.0)
 #: sqrt of float32's smallest normal: the floor of a distance from the GEMM form, whose
@@ -155,8 +155,8 @@ def dro_forward(cross, norms, own, inverse, members, starts, shift, inv_t, lse):
             neg[i] = -(own[i] + shift[i])
         # the maximum by softmax_kernels' stripes: a running max inside this loop kept it
         # scalar (0.28 → 0.16 ms for K = 211, B = 512, one core), as it had CE's (that
-        # module's _row_max; ``zeros`` is its offset row)
-        top = _row_max(neg, zeros) * inv_t  # max of s_ki: −x·(1/T) falls as x grows
+        # row_softmax.row_max; ``zeros`` is its offset row)
+        top = row_max(neg, zeros) * inv_t  # max of s_ki: −x·(1/T) falls as x grows
         acc = _ZERO
         for i in range(b):
             a = top - neg[i] * inv_t

@@ -29,7 +29,7 @@ from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
 
 # The cross-entropy kernel's row passes, with a per-row offset of −∞ at the positives for the
 # mask: a byte mask beside float32 lanes kept LLVM from vectorising the sum (10× slower).
-from tailkit.plugins.losses.softmax_kernels import _row_max, _sum_exp_but
+from tailkit.native.row_softmax import row_max, sum_exp_but
 
 _ZERO = np.float32(0.0)
 
@@ -50,9 +50,9 @@ def masked_lse_forward(scores, ids, log_neg, log_pos):
         f = scores[i]
         penalty = np.zeros(width, dtype=np.float32)
         _mark(penalty, ids[i], -np.inf)
-        m = _row_max(f, penalty)
+        m = row_max(f, penalty)
         # no finite negative: −∞, unless the row holds a NaN
-        total = _sum_exp_but(f, penalty, -1, m if m != -np.inf else _ZERO)
+        total = sum_exp_but(f, penalty, -1, m if m != -np.inf else _ZERO)
         log_neg[i] = np.float64(m) + np.log(total) if m != -np.inf else total - np.inf
         top = -np.inf
         nan = False

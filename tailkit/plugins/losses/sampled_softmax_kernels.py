@@ -27,7 +27,7 @@ import numpy as np
 
 from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
-from tailkit.plugins.losses.softmax_kernels import _MAX_STRIPE
+from tailkit.native.row_softmax import MAX_STRIPE as _MAX_STRIPE
 
 _ZERO = np.float32(0.0)
 _NEG_INF = np.float32(-np.inf)
@@ -36,7 +36,7 @@ _NEG_INF = np.float32(-np.inf)
 @numba.njit(cache=True, fastmath={"nnan", "nsz"})
 def _masked_max(f, w, hit, start):
     """max over j of f[j] + w[j] where not hit[j], and ``start``. Running maxima per column of
-    a stripe, as softmax_kernels._row_max keeps them (the only max reduction LLVM vectorises
+    a stripe, as tailkit.native.row_softmax.row_max keeps them (the only max reduction LLVM vectorises
     for us); not inlined, so that these fastmath flags stay its own."""
     n = f.shape[0]
     body = n - n % _MAX_STRIPE
