@@ -46,6 +46,13 @@ CHUNKABLE = {
     "elm-memory": {"name": "elm", "positives": "memory", "memory_size": 2},
     "dro-lt": {"name": "dro-lt"},
     "dro-lt-head-up": {"name": "dro-lt", "ce_weighting": "head-up"},
+    "cb-sigmoid": {"name": "cb-focal", "loss_type": "sigmoid"},
+    "cb-focal": {"name": "cb-focal", "loss_type": "focal", "gamma": 2.0},
+    "cb-focal-multilabel": {"name": "cb-focal", "loss_type": "focal"},
+    "cb-sigmoid-multilabel-sum": {"name": "cb-focal", "loss_type": "sigmoid", "reduction": "sum"},
+    "decoupled": {"name": "decoupled"},
+    "decoupled-hinge-multilabel": {"name": "decoupled", "margin_loss": "hinge"},
+    "distribution-balanced-multilabel": {"name": "distribution-balanced"},
 }
 
 
@@ -118,6 +125,7 @@ def test_each_chunkable_loss_equals_the_float64_materialised_one(name, classes, 
     for dtype in (torch.float64, torch.float32):
         torch.manual_seed(0)  # a loss that draws its init draws the same
         loss = registry.build("losses", CHUNKABLE[name], "test")
+        loss.train_rows = 1000  # distribution-balanced's prior bias needs N
         loss.setup(counts)
         losses.append(loss.to(dtype))  # after setup: DRO-LT's ε is made there
     whole, chunked = losses
@@ -300,18 +308,18 @@ def test_a_loss_that_cannot_be_chunked_says_so_and_keeps_the_logits(capsys) -> N
     classes, rows = 200, 64
     x = torch.randn(rows, D, generator=gen)
     y = torch.randint(0, classes, (rows,), generator=gen)
-    loss = make_registry().build("losses", {"name": "cb-focal", "loss_type": "sigmoid"}, "t")
+    loss = make_registry().build("losses", {"name": "multilabel-ce"}, "t")
     assert not loss.chunkable
     layer = OutputLayer.for_loss(loss, classes, D, generator=gen)
     before = layer.weight.clone()
     train(
-        cfg=LoopConfig(experiment="focal", epochs=1, batch_size=32, eval_every=100,
+        cfg=LoopConfig(experiment="su", epochs=1, batch_size=32, eval_every=100,
                        label_chunk=50),
         encoder=Linear(D), layer=layer, loss=loss, sampler=None,
         optimizer=RowSparseAdagrad(lr=0.1), x_train=x, y_train=y, x_val=x[:8], y_val=y[:8],
         class_counts=torch.bincount(y, minlength=classes).double(),
     )  # fmt: skip
     said = capsys.readouterr().out
-    assert "experiments.focal: loss ClassBalancedLoss" in said and "Loss.chunkable" in said
+    assert "experiments.su: loss MultilabelCE" in said and "Loss.chunkable" in said
     assert "32 × 200 logits" in said and "chunks of 50 labels" in said
     assert not torch.equal(layer.weight, before)

@@ -47,6 +47,8 @@ SMALL_TRAIN = {
     "eval_every": 3,
     "val_rows": 64,
     "checkpoint_every": 1000,
+    # every full-mode loss of every study through the chunked step (tiny C: chunks of 16)
+    "label_chunk": 16,
 }
 
 

@@ -23,9 +23,11 @@ are combined across the ranks once (a maximum, a sum and the picks' sum), as
 :mod:`tailkit.distributed.ops` does for materialised shards.
 
 A loss reaches these logits only through :func:`tailkit.plugins.losses.fused_softmax.
-batch_cross_entropy` and :func:`~tailkit.plugins.losses.softmax.pick_all_labels` (and says so
-with ``Loss.chunkable``); the two reductions are asked once per step, since the backward
-applies the layer's update.
+batch_cross_entropy` and :func:`~tailkit.plugins.losses.softmax.pick_all_labels` (the softmax
+family), or through :meth:`ChunkedLogits.label_sums` (the one-vs-all family: a sum of per-label
+terms, whose gradient the backward takes chunk by chunk with autograd), and says so with
+``Loss.chunkable``; the logits are reduced once per step, since the backward applies the
+layer's update.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ def chunk_width(setting: int | str | None, batch_size: int, num_classes: int) ->
 #: layer (this process's rows), the weight rows' gradient (stop − start, d) and the biases'
 #: (stop − start,), None for a cosine layer, whose bias takes no part.
 RowsUpdate = Callable[[int, int, torch.Tensor, torch.Tensor | None], None]
+
+#: A loss's terms over one chunk of labels: ``term(logits, targets, start, stop)`` gets the
+#: chunk's logits (B, stop − start), its 0/1 targets (the rows' labels among those columns)
+#: and the chunk's global label range, and returns each row's sum over the chunk (B,),
+#: differentiable in the logits.
+ChunkTerm = Callable[[torch.Tensor, torch.Tensor, int, int], torch.Tensor]
 
 
 class ChunkedLogits:
@@ -138,23 +146,43 @@ class ChunkedLogits:
         table of every label; constant) and, at each of the row's labels, + ``target_shift``
         (the labels' shape; constant). Differentiable with respect to the embeddings; the
         layer's gradient goes to ``apply_rows`` during the backward. Once per step."""
-        if self.reduced:
-            raise RuntimeError(
-                "chunked logits are reduced once per step (their backward updates the layer): "
-                "ask softmax_stats for everything in one call"
-            )
-        self.reduced = True
+        self._reduce_once()
         if offsets is not None:
             offsets = offsets.detach()[self.label_start : self.label_start + self.shape[1]]
             offsets = offsets.to(self.dtype)
         if target_shift is not None:
             target_shift = target_shift.detach().to(self.dtype)
-        z = self.z
-        self.wants_z_grad = z.requires_grad
-        if not z.requires_grad:  # an encoder without parameters: the backward still updates
-            z = z.detach().requires_grad_()  # the layer, and skips the embeddings' product
+        z = self._input()
         lse, picked = _ChunkedSoftmaxStats.apply(z, labels.long(), offsets, target_shift, self)
         return lse, picked
+
+    def _reduce_once(self) -> None:
+        if self.reduced:
+            raise RuntimeError(
+                "chunked logits are reduced once per step (their backward updates the layer): "
+                "ask for everything in one call"
+            )
+        self.reduced = True
+
+    def _input(self) -> torch.Tensor:
+        """The embeddings as the reduction's autograd input: one that requires a gradient
+        even under an encoder without parameters, whose backward must still update the
+        layer (it then skips the embeddings' product)."""
+        self.wants_z_grad = self.z.requires_grad
+        return self.z if self.z.requires_grad else self.z.detach().requires_grad_()
+
+    def label_sums(self, labels: torch.Tensor, term: ChunkTerm) -> torch.Tensor:
+        """Per row, Σ over every label chunk of ``term`` (B,): the one-vs-all family's
+        per-label sums (sigmoid, focal, hinge), each label's term a function of its own logit
+        and target. ``labels`` are the rows' global label ids ((B,) or (B, k) padded with −1),
+        which give the targets. Differentiable with respect to the embeddings; the backward
+        recomputes each chunk and takes ``term``'s gradient there with autograd, and the
+        layer's gradient goes to ``apply_rows``. Once per step, and not beside
+        :meth:`softmax_stats`."""
+        self._reduce_once()
+        z = self._input()
+        out: torch.Tensor = _ChunkedLabelSums.apply(z, labels.long(), term, self)
+        return out
 
 
 def _chunk_entries(
@@ -233,16 +261,81 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
                 flat, chunks.label_start + start, chunks.label_start + stop
             )
             g.index_put_((rows, cols), grad_flat[rows, slots], accumulate=True)
-            w = _rows(chunks, start, stop)
-            if chunks.wants_z_grad:
-                grad_z.addmm_(g, w[0])
-            grad_w = g.t() @ z
-            if chunks.cosine:
-                grad_w = _project(grad_w, chunks.weight[start:stop], w[1], w[2])
-                chunks.apply_rows(start, stop, grad_w, None)
-            else:
-                chunks.apply_rows(start, stop, grad_w, g.sum(dim=0))
+            _apply_chunk(chunks, z, start, stop, g, grad_z)
         return grad_z, None, None, None, None
+
+
+class _ChunkedLabelSums(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, z: torch.Tensor, labels: torch.Tensor, term: ChunkTerm, chunks: ChunkedLogits
+    ) -> torch.Tensor:
+        flat = labels.reshape(z.shape[0], -1)
+        total = z.new_zeros(z.shape[0])
+        buffer = z.new_empty(z.shape[0] * min(chunks.width, chunks.shape[1]))
+        for start, stop in chunks.bounds():
+            logits, targets, lo, hi = _chunk_targets(chunks, z, start, stop, flat, buffer)
+            total += term(logits, targets, lo, hi)
+        if chunks.world.sharded:  # every rank's labels' sums; the backward stays local
+            total = _all_reduce(total, chunks.world)
+        ctx.save_for_backward(z, flat)
+        ctx.term, ctx.chunks = term, chunks
+        return total
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        z, flat = ctx.saved_tensors
+        chunks: ChunkedLogits = ctx.chunks
+        grad_z = torch.zeros_like(z)
+        buffer = z.new_empty(z.shape[0] * min(chunks.width, chunks.shape[1]))
+        for start, stop in chunks.bounds():
+            logits, targets, lo, hi = _chunk_targets(chunks, z, start, stop, flat, buffer)
+            with torch.enable_grad():
+                logits.requires_grad_()
+                (g,) = torch.autograd.grad(ctx.term(logits, targets, lo, hi), logits, grad)
+            _apply_chunk(chunks, z, start, stop, g, grad_z)
+        return grad_z, None, None, None
+
+
+def _chunk_targets(
+    chunks: ChunkedLogits,
+    z: torch.Tensor,
+    start: int,
+    stop: int,
+    flat: torch.Tensor,
+    buffer: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """A chunk's logits (bias added), its 0/1 targets and its global label range."""
+    raw, addend = _chunk(chunks, z, start, stop, None, flat, None, buffer)
+    logits = raw.add_(addend)
+    lo, hi = chunks.label_start + start, chunks.label_start + stop
+    targets = torch.zeros_like(logits)
+    rows, _, cols = _chunk_entries(flat, lo, hi)
+    targets[rows, cols] = 1.0
+    return logits, targets, lo, hi
+
+
+def _apply_chunk(
+    chunks: ChunkedLogits,
+    z: torch.Tensor,
+    start: int,
+    stop: int,
+    g: torch.Tensor,
+    grad_z: torch.Tensor,
+) -> None:
+    """A chunk's logits' gradient ``g`` used at once: into the embeddings' gradient, and as
+    its rows' gradient handed to the optimiser."""
+    w = _rows(chunks, start, stop)
+    if chunks.wants_z_grad:
+        grad_z.addmm_(g, w[0])
+    grad_w = g.t() @ z
+    if chunks.cosine:
+        chunks.apply_rows(
+            start, stop, _project(grad_w, chunks.weight[start:stop], w[1], w[2]), None
+        )
+    else:
+        chunks.apply_rows(start, stop, grad_w, g.sum(dim=0))
 
 
 def _compiled(z: torch.Tensor, chunks: ChunkedLogits) -> bool:

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
+from tailkit.distributed.chunked_logits import ChunkedLogits
 from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.fused_binary import binary_row_losses
 from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
@@ -106,7 +107,8 @@ class ClassBalancedLoss(Loss):
         self.register_buffer("class_weights", None, persistent=False)
         # the sigmoid and focal row sums are not reduced over a label shard (yet)
         self.shardable = loss_type == "softmax"
-        self.chunkable = loss_type == "softmax"  # batch_cross_entropy, weighted per row
+        # softmax: batch_cross_entropy, weighted per row; sigmoid and focal: per-label sums
+        self.chunkable = True
         self.multilabel = loss_type != "softmax"
 
     def setup(self, class_counts: torch.Tensor) -> None:
@@ -135,6 +137,8 @@ class ClassBalancedLoss(Loss):
                 f"saw counts for {self.class_weights.numel()}"
             )
         labels = batch.labels.long()
+        if isinstance(logits, ChunkedLogits) and self.loss_type != "softmax":
+            return self._chunked(logits, labels)
         if labels.ndim == 2:
             return self._label_sets(logits, labels)
         alpha = table_like(self, "class_weights", logits)[labels]
@@ -151,6 +155,23 @@ class ClassBalancedLoss(Loss):
             per_example = binary_row_losses(logits, labels, gamma, expected_grad=step * alpha)
         total = (alpha * per_example).sum()
         return total if self.reduction == "sum" else total / labels.numel()
+
+    def _chunked(self, logits: ChunkedLogits, labels: torch.Tensor) -> torch.Tensor:
+        """The sigmoid and focal forms on chunked logits, one chunk of labels at a time: the
+        per-row weight α_{y_i} with one label a row, the per-label w_c with label lists."""
+        weights = table_like(self, "class_weights", logits.z)
+        gamma = self.gamma if self.loss_type == "focal" else 0.0
+        by_label = labels.ndim == 2
+
+        def term(z: torch.Tensor, t: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+            bce = F.binary_cross_entropy_with_logits(z, t, reduction="none")
+            if gamma:
+                bce = bce * torch.exp(-gamma * F.softplus((2.0 * t - 1.0) * z))
+            return (bce * weights[lo:hi]).sum(dim=1) if by_label else bce.sum(dim=1)
+
+        per_row = logits.label_sums(labels, term)
+        total = per_row.sum() if by_label else (weights[labels] * per_row).sum()
+        return total if self.reduction == "sum" else total / labels.shape[0]
 
     def _label_sets(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The per-label form for rows of several labels (class docstring)."""

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.components import CorrectsAtPrediction, FullBatch, Loss, SampledBatch
+from tailkit.distributed.chunked_logits import ChunkedLogits
 from tailkit.plugins.losses.weighting import Weighting, log_weights
 from tailkit.validation import Constraint, Interval
 
@@ -61,6 +62,7 @@ class Decoupled(_Decoupled):
     """
 
     multilabel = True
+    chunkable = True  # a sum of per-label terms (ChunkedLogits.label_sums)
 
     def __init__(
         self,
@@ -73,6 +75,14 @@ class Decoupled(_Decoupled):
     def forward(self, batch: FullBatch) -> torch.Tensor:
         logits = batch.logits
         labels = batch.labels.long()
+        if isinstance(logits, ChunkedLogits):  # each label's term, one chunk at a time
+            margin = self.margin_loss
+
+            def term(z: torch.Tensor, t: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+                both = torch.where(t > 0, _positive_term(margin, z), _negative_term(margin, z))
+                return both.sum(dim=1)
+
+            return self._reduce(logits.label_sums(labels, term))
         ids = labels.unsqueeze(1) if labels.ndim == 1 else labels
         present = ids >= 0
         f_y = logits.gather(1, ids.clamp(min=0))

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.components import FullBatch, Loss
+from tailkit.distributed.chunked_logits import ChunkedLogits
 from tailkit.plugins.losses.class_balanced import NOT_SET_UP, training_counts
 from tailkit.plugins.losses.targets import multi_hot
 from tailkit.validation import Constraint, Interval
@@ -52,6 +53,7 @@ class DistributionBalanced(Loss):
     """
 
     multilabel = True
+    chunkable = True  # a sum of per-label terms (ChunkedLogits.label_sums)
     constraints: ClassVar[dict[str, Constraint]] = {
         "alpha": Interval(0, None),
         "beta": Interval(0, None, closed="neither"),
@@ -99,20 +101,44 @@ class DistributionBalanced(Loss):
         logits = batch.logits
         if not batch.whole:
             raise ValueError(f"{type(self).__name__} needs the logits of every label")
-        targets = multi_hot(batch.labels, logits.shape[1], logits.dtype)
         inverse = self.inverse_counts.to(logits.dtype)
-        # w = α + σ(β (r − μ)), r = (1/n_j) / Σ_{positives} 1/n_k (∞ for a row with none)
-        per_row = (targets * inverse).sum(dim=1, keepdim=True)
+        bias = self.prior_bias.to(logits.dtype)
+        labels = batch.labels.long()
+        ids = labels.unsqueeze(1) if labels.ndim == 1 else labels
+        # Σ over the row's labels of 1/n_k, from the labels alone (∞ for a row with none)
+        present = ids >= 0
+        per_row = torch.where(present, inverse[ids.clamp(min=0)], 0.0).sum(dim=1, keepdim=True)
+        rows, columns = logits.shape
+
+        def term(z: torch.Tensor, t: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+            return self._terms(z, t, inverse[lo:hi], bias[lo:hi], per_row).sum(dim=1)
+
+        if isinstance(logits, ChunkedLogits):  # each label's term, one chunk at a time
+            return logits.label_sums(labels, term).sum() / (rows * columns)
+        targets = multi_hot(batch.labels, columns, logits.dtype)
+        return self._terms(logits, targets, inverse, bias, per_row).mean()
+
+    def _terms(
+        self,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        inverse: torch.Tensor,
+        bias: torch.Tensor,
+        per_row: torch.Tensor,
+    ) -> torch.Tensor:
+        """Each entry's re-balanced, negative-tolerant focal BCE, for the labels whose
+        1/n and prior bias are ``inverse`` and ``bias`` (per_row: Σ_P 1/n_k, (B, 1))."""
+        # w = α + σ(β (r − μ)), r = (1/n_j) / Σ_{positives} 1/n_k
         ratio = inverse / per_row
         weight = self.alpha + torch.sigmoid(self.beta * (ratio - self.mu))
-        z = logits + self.prior_bias.to(logits.dtype)
+        z = logits + bias
         negative = 1.0 - targets
         z = z * (negative * self.neg_scale + targets)
         weight = weight * (negative / self.neg_scale + targets)
         bce = F.binary_cross_entropy_with_logits(z, targets, reduction="none")
         # (1 − p)^γ with p = e^{−BCE}: −expm1 keeps 1 − p accurate where p is near 1
         modulator = (-torch.expm1(-bce)).pow(self.gamma) if self.gamma else 1.0
-        return (self.balance * weight * modulator * bce).mean()
+        return self.balance * weight * modulator * bce
 
     def extra_repr(self) -> str:
         return (
