@@ -53,6 +53,7 @@ def train_case(
     device: torch.device = CPU,
     label_chunk: int | None = None,
     learned_encoder: bool = False,
+    matmul: str = "fp32",
 ) -> tuple[TrainResult, OutputLayer, RowSparseAdagrad]:
     """``steps`` steps of the loop on random features through a parameter-free linear encoder:
     sampled softmax with ``negatives`` shared uniform negatives, or the full softmax (None),
@@ -96,6 +97,7 @@ def train_case(
             eval_every=10**9,
             checkpoint_every=10**9,
             label_chunk=label_chunk,
+            matmul=matmul,
         ),
         encoder=encoder,
         layer=layer,

@@ -31,8 +31,9 @@ one's, and ``step_memory``, the chunked ``step_gb`` over the materialised one.
   rate of the step's three GEMMs over a chunk of labels in the same dtype measured in the same
   run (``gemm_tflops``: the roofline the step is held against, not a datasheet number).
 
-``dtype``: fp32 (TF32 off), tf32 (fp32 storage, TF32 matmuls; CUDA only), bf16 (the GEMM
-calibration only: the step has no BF16 layer yet, so a bf16 step line says ``not built``).
+``dtype`` is ``train.matmul``: fp32 (TF32 off), tf32 (fp32 storage, TF32 matmuls; CUDA only),
+bf16 (the chunk GEMMs' inputs in bf16, float32 accumulation, statistics and updates; chunked
+step only, so the materialised line says ``not-built``; the layer itself stays float32).
 The cases follow the goals of the label-chunked step: on a CPU C = 10^5 and 10^6 at d = 128,
 B = 512; on CUDA C = 10^6 at d = 512, B = 4,096.
 """
@@ -97,16 +98,23 @@ def gemm_tflops(
 
 
 def step_case(
-    classes: int, dim: int, batch: int, steps: int, device: torch.device, chunk: int | None
+    classes: int,
+    dim: int,
+    batch: int,
+    steps: int,
+    device: torch.device,
+    chunk: int | None,
+    dtype: str = "fp32",
 ) -> dict:
-    """examples/s and the allocator's peak (CUDA) of ``steps`` full-softmax steps."""
+    """examples/s and the allocator's peak (CUDA) of ``steps`` full-softmax steps, their
+    output-layer GEMMs in ``dtype`` (train.matmul)."""
     train_case(
         ONE_PROCESS, 1000, dim, 2, None, batch=batch, rows=batch, device=device,
-        label_chunk=chunk and min(chunk, 256), learned_encoder=True,
+        label_chunk=chunk and min(chunk, 256), learned_encoder=True, matmul=dtype,
     )  # fmt: skip
     result, _, _ = train_case(
         ONE_PROCESS, classes, dim, steps, None, batch=batch, rows=batch * ROWS_PER_BATCH,
-        device=device, label_chunk=chunk, learned_encoder=True,
+        device=device, label_chunk=chunk, learned_encoder=True, matmul=dtype,
     )  # fmt: skip
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return {"examples_per_s": result.steps * batch / result.seconds, "peak": peak}
@@ -120,17 +128,20 @@ def _status_bytes(field: str) -> int:
     raise SystemExit(f"bench_full: no {field} in /proc/self/status")
 
 
-def _cpu_cases(classes: int, dim: int, batch: int, steps: int, repeats: int) -> dict:
+def _cpu_cases(
+    classes: int, dim: int, batch: int, steps: int, repeats: int, dtype: str = "fp32"
+) -> dict:
     """Both paths of a CPU case in this process, alternated ``repeats`` times: each path's
     median examples/s, its peak RSS (the high-water mark reset before each run through
     /proc/self/clear_refs) and the RSS it started from."""
-    out: dict[str, dict] = {path: {"rates": [], "peak": 0, "base": 0} for path in PATHS}
+    paths = _paths(dtype)
+    out: dict[str, dict] = {path: {"rates": [], "peak": 0, "base": 0} for path in paths}
     for _ in range(repeats):
-        for path, chunk in PATHS.items():
+        for path, chunk in paths.items():
             gc.collect()
             Path("/proc/self/clear_refs").write_text("5")
             base = _status_bytes("VmRSS")
-            r = step_case(classes, dim, batch, steps, torch.device("cpu"), chunk)
+            r = step_case(classes, dim, batch, steps, torch.device("cpu"), chunk, dtype)
             record = out[path]
             record["rates"].append(r["examples_per_s"])
             record["peak"] = max(record["peak"], _status_bytes("VmHWM"))
@@ -145,9 +156,15 @@ def _cpu_cases(classes: int, dim: int, batch: int, steps: int, repeats: int) -> 
     }
 
 
-def _child_cases(classes: int, dim: int, batch: int, steps: int, repeats: int) -> dict:
+def _paths(dtype: str) -> dict[str, int | None]:
+    """The paths built for ``dtype``: bf16 GEMMs exist for the chunked step only."""
+    return {p: c for p, c in PATHS.items() if dtype != "bf16" or c is not None}
+
+
+def _child_cases(classes: int, dim: int, batch: int, steps: int, repeats: int, dtype: str) -> dict:
     """A CPU case's runs in a fresh process, so the memory it reads is theirs alone."""
-    args = [sys.executable, __file__, "--child", json.dumps([classes, dim, batch, steps, repeats])]
+    case = [classes, dim, batch, steps, repeats, dtype]
+    args = [sys.executable, __file__, "--child", json.dumps(case)]
     proc = subprocess.run(args, stdout=subprocess.PIPE, cwd=Path(__file__).parent, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"bench_full: the case C={classes} failed in its child process")
@@ -180,17 +197,16 @@ def main() -> None:
             rate = gemm_tflops(dim, batch, dtype, device, classes)
             head = f"full: device={device.type} C={classes} d={dim} B={batch} dtype={dtype}"
             if dtype == "bf16":
-                print(f"{head} path=chunked examples_per_s=not-built gemm_tflops={rate:.3g}")
-                continue
+                print(f"{head} path=materialised examples_per_s=not-built gemm_tflops={rate:.3g}")
             if on_cuda:
                 results = {}
-                for path, chunk in PATHS.items():
+                for path, chunk in _paths(dtype).items():
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(device)
-                    results[path] = step_case(classes, dim, batch, a.steps, device, chunk)
+                    results[path] = step_case(classes, dim, batch, a.steps, device, chunk, dtype)
                     results[path]["base"] = 0
             else:
-                results = _child_cases(classes, dim, batch, a.steps, a.repeats)
+                results = _child_cases(classes, dim, batch, a.steps, a.repeats, dtype)
             for path, r in results.items():
                 planned = plan(classes, dim, 1, batch_size=batch, label_chunk=PATHS[path])
                 achieved = 6 * batch * classes * dim * r["examples_per_s"] / batch / 1e12
@@ -202,6 +218,8 @@ def main() -> None:
                     f"frac_of_peak_flops={achieved / rate:.2f} gemm_tflops={rate:.3g}",
                     flush=True,
                 )
+            if "materialised" not in results:
+                continue
             fast, slow = results["chunked"], results["materialised"]
             print(
                 f"{head} chunked/materialised: time="

@@ -112,6 +112,10 @@ class TrainParams:
     # logits (tailkit/distributed/chunked_logits.py); "auto": in chunks of 4,096 once the
     # logits would reach 2^27 numbers; null: never
     label_chunk: int | Literal["auto"] | None = "auto"
+    # the output layer's GEMMs: fp32; tf32 (a GPU's tensor cores on fp32 storage); bf16 (bf16
+    # inputs, fp32 accumulation, statistics and updates: chunked full steps only); auto: tf32
+    # on a GPU, fp32 on a CPU
+    matmul: Literal["auto", "fp32", "tf32", "bf16"] = "auto"
     # label-sharded training over processes (tailkit/distributed/launch.py DistributedParams):
     # {nproc_per_node: 1, nnodes: 1} is one process
     distributed: dict[str, int] = field(default_factory=lambda: {"nproc_per_node": 1, "nnodes": 1})

@@ -169,3 +169,21 @@ def test_a_failed_evaluate_write_leaves_every_previous_output_whole(tiny_project
     assert info.value.filename == str(layout.per_class("softmax").parent)
     assert {p: p.read_bytes() for p in kept} == before
     assert not [p for p in layout.per_class("softmax").parent.parent.iterdir() if ".tmp" in p.name]
+
+
+def test_a_full_disk_while_checkpointing_names_the_file_and_leaves_no_half_folder(tiny_disk):
+    from tailkit.training.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(tiny_disk / "ckpt", "key")
+    ckpt.save({"step": 5}, {"layer.weight": torch.ones(16, 4)})  # 256 bytes of rows: fits
+    with pytest.raises(OSError) as info:
+        ckpt.save({"step": 10}, {"layer.weight": torch.ones(1 << 14, 4)})  # 256 KiB: does not
+    assert info.value.errno == errno.ENOSPC
+    assert info.value.filename.endswith("rows-000000000010/rows-000000000000.pt")
+    assert sorted(p.name for p in (tiny_disk / "ckpt").iterdir()) == [
+        "rows-000000000005",
+        "state.pt",
+    ]
+    state = ckpt.load()
+    assert state is not None and state["step"] == 5
+    assert torch.equal(state["rows"]["layer.weight"], torch.ones(16, 4))

@@ -75,3 +75,23 @@ def test_tailkit_plan_prints_text_and_json() -> None:
     bad = runner.invoke(cli, ["plan", "--num-classes", "0", "--dim", "8"])
     assert bad.exit_code == 2 and "num-classes" in bad.output
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_step_larger_than_the_machine_is_refused_in_one_line() -> None:
+    """negatives: 2^31 − 1 at B = 512 plans terabytes of logits: refused naming the setting
+    and the plan that says so, before torch is asked for them; a step that fits passes."""
+    from tailkit.distributed.plan import check_step_fits
+    from tailkit.errors import InvalidParameterError
+
+    cpu = torch.device("cpu")
+    setting = {"num_classes": 3875, "dim": 128, "batch_size": 512, "nproc": 1, "device": cpu}
+    with pytest.raises(InvalidParameterError) as info:
+        check_step_fits("experiments.sampled", negatives=2**31 - 1, label_chunk="auto", **setting)
+    said = str(info.value)
+    assert "\n" not in said and said.startswith("experiments.sampled: a training step needs ~")
+    assert "--negatives 2147483647" in said and "lower negatives or batch_size" in said
+    check_step_fits("experiments.sampled", negatives=256, label_chunk="auto", **setting)
+    # a full step at 10^7 labels held whole (4 TB at this batch), but chunked it plans the layer
+    big = {**setting, "num_classes": 10**7, "batch_size": 2**17}
+    with pytest.raises(InvalidParameterError, match="lower batch_size or label_chunk"):
+        check_step_fits("experiments.full", negatives=None, label_chunk=None, **big)

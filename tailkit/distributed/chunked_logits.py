@@ -99,6 +99,7 @@ class ChunkedLogits:
         cosine: bool = False,
         label_start: int = 0,
         world: World = ONE_PROCESS,
+        matmul: torch.dtype | None = None,
     ) -> None:
         if width < 1:
             raise ValueError(f"a label chunk needs at least one label, got {width}")
@@ -110,6 +111,10 @@ class ChunkedLogits:
         self.cosine = cosine
         self.label_start = label_start
         self.world = world
+        #: the dtype the chunk's three GEMMs read their inputs in (bfloat16: half the bytes
+        #: and a GPU's BF16 tensor cores; the products accumulate in float32, the row
+        #: statistics and the gradients handed on stay in the logits' dtype)
+        self.matmul = z.dtype if matmul is None else matmul
         self.reduced = False
         self.wants_z_grad = True
 
@@ -328,8 +333,11 @@ def _apply_chunk(
     its rows' gradient handed to the optimiser."""
     w = _rows(chunks, start, stop)
     if chunks.wants_z_grad:
-        grad_z.addmm_(g, w[0])
-    grad_w = g.t() @ z
+        if chunks.matmul == g.dtype:
+            grad_z.addmm_(g, w[0])
+        else:
+            grad_z.add_(_product(g, w[0], chunks))
+    grad_w = _product(g.t(), z, chunks)
     if chunks.cosine:
         chunks.apply_rows(
             start, stop, _project(grad_w, chunks.weight[start:stop], w[1], w[2]), None
@@ -380,7 +388,7 @@ def _chunk(
     added at its labels, and what every row adds to column j (w,): the bias and the offset."""
     out = buffer[: z.shape[0] * (stop - start)].view(z.shape[0], stop - start)
     w = _rows(chunks, start, stop)[0]
-    torch.mm(z, w.t(), out=out)
+    _product(z, w.t(), chunks, out)
     if flat_shift is not None:
         lo = chunks.label_start + start
         rows, slots, cols = _chunk_entries(flat, lo, chunks.label_start + stop)
@@ -389,6 +397,18 @@ def _chunk(
     if offsets is not None:
         addend = addend + offsets[start:stop]
     return out, addend.contiguous()
+
+
+def _product(
+    a: torch.Tensor, b: torch.Tensor, chunks: ChunkedLogits, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """a @ b in ``a``'s dtype, its inputs read in ``chunks.matmul`` (into ``out`` when given)."""
+    if chunks.matmul == a.dtype:
+        return torch.mm(a, b, out=out) if out is not None else a @ b
+    low = torch.mm(a.to(chunks.matmul), b.to(chunks.matmul))
+    if out is None:
+        return low.to(a.dtype)
+    return out.copy_(low)
 
 
 def _combined(

@@ -15,12 +15,14 @@ that.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 
 import torch
 
 from tailkit.distributed.chunked_logits import chunk_width
 from tailkit.distributed.world import LABEL_BLOCK, shard_range
+from tailkit.errors import InvalidParameterError
 from tailkit.training.optim import OPTIMIZERS
 from tailkit.training.output_layer import OutputLayer
 
@@ -135,3 +137,40 @@ def as_dict(p: Plan) -> dict:
 
 def _gb(n: int) -> str:
     return f"{n / 1e9:10.3f} GB"
+
+
+def device_memory(device: torch.device) -> int:
+    """The bytes a process can hope to hold on ``device``: a GPU's memory, else the machine's
+    physical memory."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_step_fits(
+    owner: str,
+    *,
+    num_classes: int,
+    dim: int,
+    batch_size: int,
+    negatives: int | None,
+    label_chunk: int | str | None,
+    nproc: int,
+    device: torch.device,
+) -> None:
+    """Refuse, in one line naming ``owner``'s settings, a run whose planned bytes per process
+    (:func:`plan`) exceed all of the device's memory: it could only die allocating, with a
+    traceback (``negatives: 2147483647`` asked torch for terabytes)."""
+    p = plan(num_classes, dim, nproc, batch_size=batch_size, negatives=negatives,
+             label_chunk=label_chunk)  # fmt: skip
+    have = device_memory(device)
+    if p.total_bytes <= have:
+        return
+    knobs = "negatives or batch_size" if negatives is not None else "batch_size or label_chunk"
+    shown = f" --negatives {negatives}" if negatives is not None else ""
+    raise InvalidParameterError(
+        f"{owner}: a training step needs ~{p.total_bytes / 1e9:,.1f} GB per process (`tailkit "
+        f"plan --num-classes {num_classes} --dim {dim} --nproc {nproc} --batch-size "
+        f"{batch_size}{shown}`), more than the {have / 1e9:,.1f} GB of this {device.type}; "
+        f"lower {knobs}"
+    )

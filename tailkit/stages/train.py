@@ -23,6 +23,7 @@ import torch
 
 from tailkit.distributed.launch import joined_world
 from tailkit.distributed.layer import whole_layer
+from tailkit.distributed.plan import check_step_fits
 from tailkit.distributed.world import World
 from tailkit.errors import ComponentFault
 from tailkit.native.device import resolve_device
@@ -96,6 +97,16 @@ def _train(
         loss, sampler, params, settings["sampler"], experiment, meta["num_classes"], device
     )
 
+    check_step_fits(
+        f"experiments.{experiment}",
+        num_classes=meta["num_classes"],
+        dim=encoder.out_dim,
+        batch_size=settings["batch_size"],
+        negatives=None if sampler is None else settings["negatives"],
+        label_chunk=params.train.label_chunk,
+        nproc=world.size,
+        device=torch.device(device),
+    )
     encoder, loss = encoder.to(device), loss.to(device)
     layer = OutputLayer.for_loss(
         loss,
@@ -121,6 +132,7 @@ def _train(
         seed=seed,
         row_sampling=settings["row_sampling"],
         label_chunk=params.train.label_chunk,
+        matmul=params.train.matmul,
     )
     schedule = plan_validation(
         eval_every=params.train.eval_every,

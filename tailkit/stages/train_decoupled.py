@@ -277,6 +277,7 @@ def _loop_config(
         seed=params.base.seed,
         row_sampling=settings["row_sampling"],
         label_chunk=params.train.label_chunk,
+        matmul=params.train.matmul,
     )
 
 

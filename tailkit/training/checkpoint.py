@@ -65,6 +65,28 @@ class Checkpointer:
         on, all with the same number of rows). Every process of ``world`` calls it."""
         pieces: list[list[Any]] = []  # [first label, rows, file name, sha256]
         folder = f"rows-{int(state.get('step', 0)):012d}"
+        # a write that fails (a full disk) leaves no half-written folder beside the checkpoint
+        # it could not replace; the OSError names the file (storage/atomic.py)
+        fresh = not (self.directory / folder).exists()
+        try:
+            self._write_all(state, rows, folder, pieces, label_start, world, block)
+        except BaseException:
+            if fresh:
+                shutil.rmtree(self.directory / folder, ignore_errors=True)
+            raise
+
+    def _write_all(
+        self,
+        state: dict[str, Any],
+        rows: dict[str, torch.Tensor] | None,
+        folder: str,
+        pieces: list[list[Any]],
+        label_start: int,
+        world: World,
+        block: int,
+    ) -> None:
+        """:meth:`save`'s writes: this process's row files, then (rank 0) the state file
+        that names them, then the previous checkpoint's folders go."""
         if rows:
             count = _row_count(rows)
             # cut at global multiples of `block`: with shards of whole blocks (what a sharded

@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -74,6 +75,9 @@ class LoopConfig:
     #: holding the (B, C) logits; "auto" by their size (distributed/chunked_logits.py
     #: chunk_width); None: never
     label_chunk: int | str | None = None
+    #: the output layer's GEMMs: "fp32", "tf32" (CUDA), "bf16" (chunked full steps) or
+    #: "auto" (tf32 on CUDA, else fp32): :func:`_matmul`
+    matmul: str = "fp32"
 
     def total_steps(self, rows: int) -> int:
         """Steps of a run over ``rows`` training rows: ⌈epochs × batches per epoch⌉, capped."""
@@ -301,6 +305,7 @@ def train(
         cfg.checkpoint_budget,
     )
     chunk_width = _chunk_width(cfg, layer, loss, sampler)
+    matmul = _matmul(cfg, device, chunk_width)
     transform = getattr(encoder, "train_transform", None)
     augment_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
 
@@ -390,105 +395,121 @@ def train(
     order = None
     tick = time.perf_counter()
     shown = _Shown(tick)
-    while step < total:
-        epoch, position = divmod(step, steps_per_epoch)
-        if position == 0 or order is None:
-            order = rows_of.epoch_rows(cfg.seed, epoch)
-        idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
-        examples += len(idx)
-        x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
-        y = y_train.index_select(0, idx).to(device, non_blocking=True)
-        try:
-            if replicate:
-                z = sum_gradient(forward(whole), world)
-            elif world.sharded:  # every rank knows the split: no count exchange
-                z = gather_rows(forward(x), world, [len(p) for p in idx.tensor_split(world.size)])
-            else:
-                z = forward(x)
-        except (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
-            raise ComponentFault("model", f"forward raised {_brief(exc)}") from exc
+    with _tf32(matmul == "tf32" and device.type == "cuda"):
+        while step < total:
+            epoch, position = divmod(step, steps_per_epoch)
+            if position == 0 or order is None:
+                order = rows_of.epoch_rows(cfg.seed, epoch)
+            idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
+            examples += len(idx)
+            x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
+            y = y_train.index_select(0, idx).to(device, non_blocking=True)
+            try:
+                if replicate:
+                    z = sum_gradient(forward(whole), world)
+                elif world.sharded:  # every rank knows the split: no count exchange
+                    z = gather_rows(
+                        forward(x), world, [len(p) for p in idx.tensor_split(world.size)]
+                    )
+                else:
+                    z = forward(x)
+            except (
+                RuntimeError,
+                ValueError,
+                TypeError,
+                IndexError,
+                KeyError,
+                AttributeError,
+            ) as exc:
+                raise ComponentFault("model", f"forward raised {_brief(exc)}") from exc
 
-        batch: FullBatch | SampledBatch | None
-        rows: Rows | None = None
-        if sampler is None:
-            if chunk_width is not None:  # the layer's update happens in the backward
-                # typed as the tensor it stands for: only a Loss.chunkable loss receives it
-                logits = cast(
-                    torch.Tensor,
-                    layer.chunked(z, chunk_width, partial(optimizer.step_range, step=step), world),
+            batch: FullBatch | SampledBatch | None
+            rows: Rows | None = None
+            if sampler is None:
+                if chunk_width is not None:  # the layer's update happens in the backward
+                    # typed as the tensor it stands for: only a Loss.chunkable loss receives it
+                    logits = cast(
+                        torch.Tensor,
+                        layer.chunked(
+                            z,
+                            chunk_width,
+                            partial(optimizer.step_range, step=step),
+                            world,
+                            torch.bfloat16 if matmul == "bf16" else None,
+                        ),
+                    )
+                else:
+                    logits, rows = layer.full(z)
+                batch = FullBatch(
+                    labels=y.padded() if isinstance(y, LabelSets) else y,
+                    logits=logits,
+                    num_classes=layer.total_classes,
+                    label_start=layer.label_start,
+                    world=world,
+                    log_prior=ctx.log_prior,
+                    embeddings=z,
+                    epoch=epoch,
+                    step=step,
                 )
+            elif isinstance(y, LabelSets) and y.indices.numel() == 0:
+                batch = None  # no (row, positive) pair to score: nothing to learn from
             else:
-                logits, rows = layer.full(z)
-            batch = FullBatch(
-                labels=y.padded() if isinstance(y, LabelSets) else y,
-                logits=logits,
-                num_classes=layer.total_classes,
-                label_start=layer.label_start,
-                world=world,
-                log_prior=ctx.log_prior,
-                embeddings=z,
-                epoch=epoch,
-                step=step,
-            )
-        elif isinstance(y, LabelSets) and y.indices.numel() == 0:
-            batch = None  # no (row, positive) pair to score: nothing to learn from
-        else:
-            batch, rows = sampled_input(
-                layer,
-                sampler,
-                whole,
-                z,
-                y,
-                cfg.negatives,
-                sample_gen,
-                log_prior=ctx.log_prior,
-                epoch=epoch,
-                step=step,
-                world=world,
-            )
-        if batch is not None:
-            value = loss(batch)
-            loss_value = value.item()
-            if not math.isfinite(loss_value):
-                raise TrainingDivergedError(
-                    f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
-                    "lower optimizer.lr or check the inputs"
+                batch, rows = sampled_input(
+                    layer,
+                    sampler,
+                    whole,
+                    z,
+                    y,
+                    cfg.negatives,
+                    sample_gen,
+                    log_prior=ctx.log_prior,
+                    epoch=epoch,
+                    step=step,
+                    world=world,
                 )
-            value.backward()
-            if rows is None:  # chunked: the layer's rows were updated chunk by chunk
-                optimizer.step_dense(step)
-            else:
-                optimizer.step(rows, step)
-            running += loss_value
-            running_n += 1
-            shown.add(loss_value, len(idx))
-        step += 1
-        if progress is not None and shown.due():
-            progress(step, total, shown.postfix())
-
-        if step % cfg.eval_every == 0 or step == total:
-            seconds += time.perf_counter() - tick
-            # every rank scores its own labels; the top-1 is merged (a collective)
-            acc, bal = _validate(
-                encoder, layer, loss, ctx, x_val, y_val, layer.total_classes, world
-            )
-            curve.append(
-                {
-                    "step": step,
-                    "seconds": round(seconds, 4),
-                    "loss": running / max(running_n, 1),
-                    "val_accuracy": acc,
-                    "val_balanced_accuracy": bal,
-                }
-            )
-            running, running_n = 0.0, 0
-            if progress is not None:
+            if batch is not None:
+                value = loss(batch)
+                loss_value = value.item()
+                if not math.isfinite(loss_value):
+                    raise TrainingDivergedError(
+                        f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
+                        "lower optimizer.lr or check the inputs"
+                    )
+                value.backward()
+                if rows is None:  # chunked: the layer's rows were updated chunk by chunk
+                    optimizer.step_dense(step)
+                else:
+                    optimizer.step(rows, step)
+                running += loss_value
+                running_n += 1
+                shown.add(loss_value, len(idx))
+            step += 1
+            if progress is not None and shown.due():
                 progress(step, total, shown.postfix())
-            tick = time.perf_counter()
-        if step % checkpoint_every == 0 and step < total:
-            seconds += time.perf_counter() - tick
-            save_checkpoint()
-            tick = time.perf_counter()
+
+            if step % cfg.eval_every == 0 or step == total:
+                seconds += time.perf_counter() - tick
+                # every rank scores its own labels; the top-1 is merged (a collective)
+                acc, bal = _validate(
+                    encoder, layer, loss, ctx, x_val, y_val, layer.total_classes, world
+                )
+                curve.append(
+                    {
+                        "step": step,
+                        "seconds": round(seconds, 4),
+                        "loss": running / max(running_n, 1),
+                        "val_accuracy": acc,
+                        "val_balanced_accuracy": bal,
+                    }
+                )
+                running, running_n = 0.0, 0
+                if progress is not None:
+                    progress(step, total, shown.postfix())
+                tick = time.perf_counter()
+            if step % checkpoint_every == 0 and step < total:
+                seconds += time.perf_counter() - tick
+                save_checkpoint()
+                tick = time.perf_counter()
 
     refuse_non_finite("no model was saved")
     return TrainResult(
@@ -520,6 +541,34 @@ def _chunk_width(
         )
         return None
     return width
+
+
+def _matmul(cfg: LoopConfig, device: torch.device, chunk_width: int | None) -> str:
+    """The output layer's GEMM precision this run takes: ``cfg.matmul`` with "auto" resolved
+    (tf32 on CUDA, else fp32). bf16 is built for the chunked full step only: another step
+    runs its GEMMs in float32 and says so once."""
+    matmul = cfg.matmul
+    if matmul == "auto":
+        return "tf32" if device.type == "cuda" else "fp32"
+    if matmul == "bf16" and chunk_width is None:
+        print(
+            f"experiments.{cfg.experiment}: train.matmul bf16 is built for the chunked full "
+            "step only (train.label_chunk); this step's GEMMs run in float32",
+            flush=True,
+        )
+        return "fp32"
+    return matmul
+
+
+@contextmanager
+def _tf32(enabled: bool) -> Iterator[None]:
+    """CUDA's float32 matmuls on TF32 tensor cores inside the block, as they were after it."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled or before
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def _batch_inputs(

@@ -436,11 +436,17 @@ class OutputLayer:
         return logits, rows
 
     def chunked(
-        self, z: torch.Tensor, width: int, apply_rows: RowsUpdate, world: World = ONE_PROCESS
+        self,
+        z: torch.Tensor,
+        width: int,
+        apply_rows: RowsUpdate,
+        world: World = ONE_PROCESS,
+        matmul: torch.dtype | None = None,
     ) -> ChunkedLogits:
         """The logits of every row of this layer, scored ``width`` labels at a time and never
         held whole (:mod:`tailkit.distributed.chunked_logits`); each chunk's gradient goes to
-        ``apply_rows`` in the backward."""
+        ``apply_rows`` in the backward. ``matmul``: the dtype the chunks' GEMMs read their
+        inputs in (None: the embeddings')."""
         cosine = self.cosine_scale is not None
         if self.cosine_scale is not None:
             z = unit_rows(z) * self.cosine_scale
@@ -453,6 +459,7 @@ class OutputLayer:
             cosine=cosine,
             label_start=self.label_start,
             world=world,
+            matmul=matmul,
         )
 
     def sampled(self, z: torch.Tensor, labels: torch.Tensor, neg: torch.Tensor) -> SampledLogits:
