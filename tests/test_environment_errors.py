@@ -187,3 +187,15 @@ def test_a_full_disk_while_checkpointing_names_the_file_and_leaves_no_half_folde
     state = ckpt.load()
     assert state is not None and state["step"] == 5
     assert torch.equal(state["rows"]["layer.weight"], torch.ones(16, 4))
+
+
+def test_a_dataset_of_a_quadrillion_rows_is_refused_in_params():
+    """num_examples: 10**15 asked numpy for 7.11 PiB; the synthetic dataset's constraint
+    refuses it in one line naming the option, before anything is allocated."""
+    from tailkit.registry import make_registry
+
+    spec = {"name": "synthetic", "num_classes": 10, "num_examples": 10**15, "dim": 4}
+    with pytest.raises(InvalidParameterError) as info:
+        make_registry().build("datasets", spec, "dataset")
+    said = str(info.value)
+    assert "\n" not in said and said.startswith("dataset.num_examples: got 1000000000000000")
