@@ -15,6 +15,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from spawn_world import run_world
+from test_distributed_losses import SHARDABLE
 
 from tailkit.cli import cli
 from tailkit.components import FullBatch
@@ -30,22 +31,13 @@ from tailkit.training.output_layer import OutputLayer
 
 B, D = 12, 5
 
+# every shardable loss is chunkable too; beside them the one-vs-all family and more settings
 CHUNKABLE = {
-    "softmax": {"name": "softmax"},
+    **SHARDABLE,
     "softmax-sum": {"name": "softmax", "reduction": "sum"},
-    "softmax-multilabel": {"name": "softmax"},
-    "logit-adjusted": {"name": "logit-adjusted", "tau": 1.5},
+    "logit-adjusted-tau": {"name": "logit-adjusted", "tau": 1.5},
     "logit-adjusted-multilabel": {"name": "logit-adjusted"},
-    "logit-adjusted-posthoc": {"name": "logit-adjusted", "adjustment": "posthoc"},
-    "balanced-softmax": {"name": "balanced-softmax"},
     "balanced-softmax-multilabel": {"name": "balanced-softmax"},
-    "ldam": {"name": "ldam"},
-    "ldam-drw": {"name": "ldam", "drw_epoch": 0},
-    "cb-softmax": {"name": "cb-focal", "loss_type": "softmax"},
-    "elm": {"name": "elm"},
-    "elm-memory": {"name": "elm", "positives": "memory", "memory_size": 2},
-    "dro-lt": {"name": "dro-lt"},
-    "dro-lt-head-up": {"name": "dro-lt", "ce_weighting": "head-up"},
     "cb-sigmoid": {"name": "cb-focal", "loss_type": "sigmoid"},
     "cb-focal": {"name": "cb-focal", "loss_type": "focal", "gamma": 2.0},
     "cb-focal-multilabel": {"name": "cb-focal", "loss_type": "focal"},

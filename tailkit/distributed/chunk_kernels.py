@@ -18,10 +18,7 @@ import numba
 import numpy as np
 
 from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
-from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
-from tailkit.native.row_softmax import row_max, sum_exp_but
-
-_ZERO = np.float32(0.0)
+from tailkit.native.row_softmax import row_max, softmax_row_into, sum_exp_but
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
@@ -44,16 +41,7 @@ def fold_chunk(logits, addend, top, total):
 @numba.njit(parallel=True, cache=True, error_model="numpy", fastmath={"contract"})
 def chunk_gradient(logits, addend, lse, grad):
     """In place, ``logits`` (B, w) float32 ← grad_i · e^(logits_ij + addend_j − lse_i), the
-    softmax part of the logits' gradient, for float64 ``lse`` (B,) and float32 ``grad`` (B,).
-
-    lse_i is split into a float32 head and tail (hi + lo), as the full step's backward does, so
-    that lse − a = (hi − a) + lo keeps the float64 log-sum-exp's digits."""
-    rows, width = logits.shape
-    for i in numba.prange(rows):
-        f = logits[i]
-        hi = np.float32(lse[i])
-        lo = np.float32(lse[i] - np.float64(hi))
-        g = grad[i]
-        for j in range(width):
-            a = (hi - (f[j] + addend[j])) + lo
-            f[j] = (exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) * g
+    softmax part of the logits' gradient, for float64 ``lse`` (B,) and float32 ``grad`` (B,),
+    with the full step's arithmetic (:func:`tailkit.native.row_softmax.softmax_row_into`)."""
+    for i in numba.prange(logits.shape[0]):
+        softmax_row_into(logits[i], addend, lse[i], grad[i], logits[i])

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from tailkit.distributed.chunk_kernels import chunk_gradient, fold_chunk
-from tailkit.distributed.ops import _all_reduce
+from tailkit.distributed.ops import _all_reduce, finite_or_zero
 from tailkit.distributed.world import ONE_PROCESS, World
 
 #: Labels per chunk under ``label_chunk: auto``: a (B, 4,096) float32 chunk at B = 512 is 8 MB,
@@ -116,7 +116,6 @@ class ChunkedLogits:
         #: statistics and the gradients handed on stay in the logits' dtype)
         self.matmul = z.dtype if matmul is None else matmul
         self.reduced = False
-        self.wants_z_grad = True
 
     @property
     def shape(self) -> torch.Size:
@@ -133,6 +132,10 @@ class ChunkedLogits:
     @property
     def ndim(self) -> int:
         return 2
+
+    def buffer(self) -> torch.Tensor:
+        """Room for one chunk's products, (B · width) numbers reused chunk after chunk."""
+        return self.z.new_empty(self.z.shape[0] * min(self.width, self.shape[1]))
 
     def bounds(self) -> list[tuple[int, int]]:
         """[start, stop) of each chunk, in this process's rows."""
@@ -173,7 +176,6 @@ class ChunkedLogits:
         """The embeddings as the reduction's autograd input: one that requires a gradient
         even under an encoder without parameters, whose backward must still update the
         layer (it then skips the embeddings' product)."""
-        self.wants_z_grad = self.z.requires_grad
         return self.z if self.z.requires_grad else self.z.detach().requires_grad_()
 
     def label_sums(self, labels: torch.Tensor, term: ChunkTerm) -> torch.Tensor:
@@ -217,11 +219,10 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
         # the compiled fold sums in float64 (tailkit/distributed/chunk_kernels.py)
         total = z.new_zeros(batch, dtype=torch.float64 if compiled else z.dtype)
         picked = z.new_zeros(flat.shape)
-        buffer = z.new_empty(batch * min(chunks.width, chunks.shape[1]))
+        buffer = chunks.buffer()
         for start, stop in chunks.bounds():
-            raw, addend = _chunk(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
-            rows, slots, cols = _chunk_entries(
-                flat, chunks.label_start + start, chunks.label_start + stop
+            raw, addend, (rows, slots, cols) = _chunk(
+                chunks, z, start, stop, offsets, flat, flat_shift, buffer
             )
             picked[rows, slots] = raw[rows, cols] + addend[cols]
             if compiled:
@@ -230,12 +231,12 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
             # online log-sum-exp: Σ exp(a − m) kept against the running maximum m
             a = raw.add_(addend)
             grown = torch.maximum(top, a.amax(dim=1))
-            pivot = torch.where(torch.isfinite(grown), grown, torch.zeros_like(grown))
+            pivot = finite_or_zero(grown)
             total.mul_(torch.exp(top - pivot)).add_(a.sub_(pivot.unsqueeze(1)).exp_().sum(dim=1))
             top = grown
         if chunks.world.sharded:
             top, total, picked = _combined(top, total, picked, chunks.world)
-        pivot = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        pivot = finite_or_zero(top)
         lse = total.log().add_(pivot)
         ctx.save_for_backward(z, flat, offsets, flat_shift, lse)
         ctx.chunks = chunks
@@ -253,18 +254,17 @@ class _ChunkedSoftmaxStats(torch.autograd.Function):
         grad_flat = grad_picked.reshape(batch, -1)
         grad_rows = grad_lse.to(z.dtype).contiguous()
         grad_z = torch.zeros_like(z)
-        buffer = z.new_empty(batch * min(chunks.width, chunks.shape[1]))
+        buffer = chunks.buffer()
         for start, stop in chunks.bounds():
-            raw, addend = _chunk(chunks, z, start, stop, offsets, flat, flat_shift, buffer)
+            raw, addend, (rows, slots, cols) = _chunk(
+                chunks, z, start, stop, offsets, flat, flat_shift, buffer
+            )
             # g_lse · softmax(a) + g_pick at the row's labels: the logits' gradient (∂a/∂f = 1)
             if compiled:
                 chunk_gradient(raw.numpy(), addend.numpy(), lse.numpy(), grad_rows.numpy())
                 g = raw
             else:
                 g = raw.add_(addend).sub_(lse.unsqueeze(1)).exp_().mul_(grad_rows.unsqueeze(1))
-            rows, slots, cols = _chunk_entries(
-                flat, chunks.label_start + start, chunks.label_start + stop
-            )
             g.index_put_((rows, cols), grad_flat[rows, slots], accumulate=True)
             _apply_chunk(chunks, z, start, stop, g, grad_z)
         return grad_z, None, None, None, None
@@ -277,7 +277,7 @@ class _ChunkedLabelSums(torch.autograd.Function):
     ) -> torch.Tensor:
         flat = labels.reshape(z.shape[0], -1)
         total = z.new_zeros(z.shape[0])
-        buffer = z.new_empty(z.shape[0] * min(chunks.width, chunks.shape[1]))
+        buffer = chunks.buffer()
         for start, stop in chunks.bounds():
             logits, targets, lo, hi = _chunk_targets(chunks, z, start, stop, flat, buffer)
             total += term(logits, targets, lo, hi)
@@ -293,7 +293,7 @@ class _ChunkedLabelSums(torch.autograd.Function):
         z, flat = ctx.saved_tensors
         chunks: ChunkedLogits = ctx.chunks
         grad_z = torch.zeros_like(z)
-        buffer = z.new_empty(z.shape[0] * min(chunks.width, chunks.shape[1]))
+        buffer = chunks.buffer()
         for start, stop in chunks.bounds():
             logits, targets, lo, hi = _chunk_targets(chunks, z, start, stop, flat, buffer)
             with torch.enable_grad():
@@ -312,13 +312,11 @@ def _chunk_targets(
     buffer: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """A chunk's logits (bias added), its 0/1 targets and its global label range."""
-    raw, addend = _chunk(chunks, z, start, stop, None, flat, None, buffer)
+    raw, addend, (rows, _, cols) = _chunk(chunks, z, start, stop, None, flat, None, buffer)
     logits = raw.add_(addend)
-    lo, hi = chunks.label_start + start, chunks.label_start + stop
     targets = torch.zeros_like(logits)
-    rows, _, cols = _chunk_entries(flat, lo, hi)
     targets[rows, cols] = 1.0
-    return logits, targets, lo, hi
+    return logits, targets, chunks.label_start + start, chunks.label_start + stop
 
 
 def _apply_chunk(
@@ -332,7 +330,7 @@ def _apply_chunk(
     """A chunk's logits' gradient ``g`` used at once: into the embeddings' gradient, and as
     its rows' gradient handed to the optimiser."""
     w = _rows(chunks, start, stop)
-    if chunks.wants_z_grad:
+    if chunks.z.requires_grad:  # not under an encoder without parameters
         if chunks.matmul == g.dtype:
             grad_z.addmm_(g, w[0])
         else:
@@ -383,20 +381,21 @@ def _chunk(
     flat: torch.Tensor,
     flat_shift: torch.Tensor | None,
     buffer: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The chunk's products (B, stop − start), contiguous in ``buffer``, with each row's shift
-    added at its labels, and what every row adds to column j (w,): the bias and the offset."""
+    added at its labels; what every row adds to column j (w,): the bias and the offset; and
+    the rows' labels among the chunk's columns (:func:`_chunk_entries`)."""
     out = buffer[: z.shape[0] * (stop - start)].view(z.shape[0], stop - start)
     w = _rows(chunks, start, stop)[0]
     _product(z, w.t(), chunks, out)
+    entries = _chunk_entries(flat, chunks.label_start + start, chunks.label_start + stop)
     if flat_shift is not None:
-        lo = chunks.label_start + start
-        rows, slots, cols = _chunk_entries(flat, lo, chunks.label_start + stop)
+        rows, slots, cols = entries
         out.index_put_((rows, cols), flat_shift[rows, slots], accumulate=True)
     addend = torch.zeros_like(out[0]) if chunks.cosine else chunks.bias[start:stop]
     if offsets is not None:
         addend = addend + offsets[start:stop]
-    return out, addend.contiguous()
+    return out, addend.contiguous(), entries
 
 
 def _product(
@@ -417,6 +416,6 @@ def _combined(
     """Every rank's running statistics combined: the maximum over ranks, each rank's Σ exp
     rescaled to it and summed, and the picks summed (each label's from the rank that owns it)."""
     overall = _all_reduce(top, world, dist.ReduceOp.MAX)
-    pivot = torch.where(torch.isfinite(overall), overall, torch.zeros_like(overall))
+    pivot = finite_or_zero(overall)
     rescaled = total * torch.exp(top - pivot)
     return overall, _all_reduce(rescaled, world), _all_reduce(picked, world)

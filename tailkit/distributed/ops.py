@@ -33,6 +33,12 @@ def _all_reduce(x: torch.Tensor, world: World, op: Any = None) -> torch.Tensor:
     return out
 
 
+def finite_or_zero(top: torch.Tensor) -> torch.Tensor:
+    """Rows' maxima as the shift of a log-sum-exp: 0 where a maximum is ±inf, so that a row
+    whose every logit is −inf gets lse −inf instead of NaN from −inf − (−inf)."""
+    return torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+
+
 class _LogSumExp(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, world: World) -> torch.Tensor:
@@ -43,8 +49,7 @@ class _LogSumExp(torch.autograd.Function):
             else logits.new_full((rows,), float("-inf"))  # a rank without labels
         )
         top = _all_reduce(local_max, world, dist.ReduceOp.MAX)
-        # a row whose every logit is −inf has lse −inf; shift it by 0 instead of by −inf
-        shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        shift = finite_or_zero(top)
         total = _all_reduce(torch.exp(logits - shift.unsqueeze(1)).sum(dim=1), world)
         lse = total.log_().add_(shift)
         ctx.save_for_backward(logits, lse)

@@ -93,3 +93,18 @@ def _block_sum_exp_but(fb, ob, skip, m):
         acc += exp_neg_f32(a) if (a < CLAMP_F32 and j != skip) else _ZERO
         probe += a
     return acc, probe
+
+
+@numba.njit(cache=True, inline="always")
+def softmax_row_into(f, o, lse, g, out):
+    """out[j] = g · e^(f[j] + o[j] − lse) over a row, for a float64 ``lse`` and a float32 g: the
+    softmax part of the logits' gradient, in the full step's backward and the chunked one's
+    (``out`` may be ``f`` itself). lse is split into a float32 head and tail (hi + lo), so
+    that lse − a = (hi − a) + lo keeps the float64 log-sum-exp's digits: rounding it to
+    float32 alone would cost ~1e-6 relative in every probability of a row whose log-sum-exp
+    is near 10. Inlined, it takes its caller's fast-math flags."""
+    hi = np.float32(lse)
+    lo = np.float32(lse - np.float64(hi))
+    for j in range(f.shape[0]):
+        a = (hi - (f[j] + o[j])) + lo
+        out[j] = (exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) * g

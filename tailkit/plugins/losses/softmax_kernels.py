@@ -25,7 +25,7 @@ import numpy as np
 
 from tailkit.native import kernel_cache  # noqa: F401  (before any cache=True kernel: its locator)
 from tailkit.native.fastmath import CLAMP_F32, exp_neg_f32
-from tailkit.native.row_softmax import row_max, sum_exp_but
+from tailkit.native.row_softmax import row_max, softmax_row_into, sum_exp_but
 
 _ZERO = np.float32(0.0)
 
@@ -59,16 +59,13 @@ def cross_entropy_backward(logits, offsets, labels, shift, lse, grad, out):
     keeps the float64 log-sum-exp's digits: rounding lse to float32 alone would cost ~1e-6
     relative in every probability of a row whose log-sum-exp is near 10.
     """
-    rows, width = logits.shape
-    for i in numba.prange(rows):
+    for i in numba.prange(logits.shape[0]):
         f = logits[i]
         o = out[i]
+        g = grad[i]
+        softmax_row_into(f, offsets, lse[i], g, o)
         hi = np.float32(lse[i])
         lo = np.float32(lse[i] - np.float64(hi))
-        g = grad[i]
-        for j in range(width):
-            a = (hi - (f[j] + offsets[j])) + lo
-            o[j] = (exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) * g
         y = labels[i]
         a = (hi - ((f[y] + offsets[y]) + shift[i])) + lo
         o[y] = ((exp_neg_f32(a) if a < CLAMP_F32 else _ZERO) - np.float32(1.0)) * g
