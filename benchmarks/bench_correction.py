@@ -35,7 +35,8 @@ import time
 
 import torch
 
-from tailkit.components import Loss, PredictionContext
+from tailkit.components import Loss
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
 from tailkit.native.restart import restart_with_settled_environment
 from tailkit.plugins.losses.negative_sampling import NegativeSampling

@@ -42,10 +42,10 @@ if TYPE_CHECKING:
         Featurizer,
         FullBatch,
         Loss,
-        PredictionContext,
         RawData,
         SampledBatch,
         Sampler,
+        ScoreContext,
     )
     from tailkit.errors import (
         DataValidationError,
@@ -53,6 +53,12 @@ if TYPE_CHECKING:
         PluginError,
         TailkitError,
         UnknownComponentError,
+    )
+    from tailkit.evaluation.correction import (
+        CorrectionColumns,
+        CorrectsAtPrediction,
+        OrderedCorrection,
+        PredictionContext,
     )
     from tailkit.hookspecs import hookimpl
     from tailkit.validation import Interval, Options
@@ -66,10 +72,16 @@ _HOMES = {
         "Featurizer",
         "FullBatch",
         "Loss",
-        "PredictionContext",
         "RawData",
         "SampledBatch",
         "Sampler",
+        "ScoreContext",
+    ),
+    "tailkit.evaluation.correction": (
+        "CorrectionColumns",
+        "CorrectsAtPrediction",
+        "OrderedCorrection",
+        "PredictionContext",
     ),
     "tailkit.errors": (
         "DataValidationError",
@@ -84,6 +96,8 @@ _HOMES = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "CorrectionColumns",
+    "CorrectsAtPrediction",
     "DataValidationError",
     "Dataset",
     "Encoder",
@@ -93,11 +107,13 @@ __all__ = [
     "InvalidParameterError",
     "Loss",
     "Options",
+    "OrderedCorrection",
     "PluginError",
     "PredictionContext",
     "RawData",
     "SampledBatch",
     "Sampler",
+    "ScoreContext",
     "TailkitError",
     "UnknownComponentError",
     "__version__",

@@ -54,6 +54,39 @@ MOVED = {
 }
 
 
+#: Names that moved out of a module that stays, by old module: name -> new module.
+MOVED_NAMES = {
+    "tailkit.components": {
+        **dict.fromkeys(
+            (
+                "PredictionContext",
+                "CorrectionColumns",
+                "TableColumns",
+                "label_chunks",
+                "inverse_order",
+                "CorrectsAtPrediction",
+            ),
+            "tailkit.evaluation.correction",
+        ),
+        "declared_traits": "tailkit.registry",
+    },
+}
+
+
+def moved_attribute(module: str, name: str) -> object:
+    """The object ``module.name`` now lives in, with a DeprecationWarning; AttributeError for
+    a name that never moved (a module's ``__getattr__`` calls this)."""
+    new = MOVED_NAMES.get(module, {}).get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(
+        f"{module}.{name} moved to {new}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return getattr(importlib.import_module(new), name)
+
+
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):
         if fullname not in MOVED:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
@@ -132,18 +130,6 @@ def featurizer_output(featurizer: Any) -> Any:
     return getattr(featurizer, "output", "dense")
 
 
-def label_chunks(num_classes: int, label_chunk: int) -> list[int]:
-    """Bounds of prediction's label chunks, ``label_chunk`` apart: 0 first and C last."""
-    return [*range(0, num_classes, label_chunk), num_classes]
-
-
-def inverse_order(order: torch.Tensor) -> torch.Tensor:
-    """position[label] = j where ``order[j] == label``: where each label sits in a column order."""
-    position = torch.empty_like(order)
-    position[order] = torch.arange(order.numel(), device=order.device)
-    return position
-
-
 class Sampler:
     """A proposal distribution q over labels for negative sampling.
 
@@ -186,40 +172,6 @@ class Sampler:
         """log q of given labels. ``labels`` (k,) gives (k,) [or (B, k) when conditional];
         ``labels`` (B, k) gives (B, k)."""
         raise NotImplementedError
-
-    def correction_work_per_label(self) -> float:
-        """Multiply-adds per label of :meth:`log_prob_all_ordered`, for prediction's cost (the
-        validation schedule weighs it; 0 for a sampler whose correction is a table lookup)."""
-        return 0.0
-
-    def label_order(self) -> torch.Tensor | None:
-        """A conditional sampler's cheapest column order for :meth:`log_prob_all_ordered`
-        (the tree's: labels by leaf), or None for label-id order. Prediction scores labels in
-        this order so that every label chunk reads a contiguous slice of the table."""
-        return None
-
-    def log_prob_all_ordered(self, x: torch.Tensor) -> torch.Tensor:
-        """log q of every label for each row of ``x``, (B, C), columns in :meth:`label_order`."""
-        order = self.label_order()
-        if order is None:
-            raise NotImplementedError(f"{type(self).__name__} defines no all-labels table")
-        return self.log_prob(x, order)
-
-    def correction_columns(self, x: torch.Tensor) -> CorrectionColumns:
-        """Prediction's view of :meth:`log_prob_all_ordered` for the rows ``x``, asked column
-        range by column range (a sampler may compute each range as it is asked)."""
-        return TableColumns(self.log_prob_all_ordered(x))
-
-    def correction_floats_per_row(self, num_classes: int) -> int:
-        """Floats per row that :meth:`correction_columns` holds: prediction sizes its row
-        blocks by it (the whole table by default)."""
-        return num_classes
-
-    def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
-        """Column bounds, 0 first and C last, of the label chunks prediction should ask
-        :meth:`correction_columns` for: ``label_chunk`` apart unless the sampler prefers
-        others (the tree's fall between subtrees)."""
-        return label_chunks(num_classes, label_chunk)
 
     def to(self, device: torch.device) -> Sampler:
         """Move fitted tables to ``device`` (training runs there); returns self."""
@@ -335,141 +287,19 @@ def batch_modes(loss: Any) -> tuple[str, ...]:
     return tuple(mode for mode, kind in BATCH_TYPES.items() if kind in arms)
 
 
-class CorrectionColumns:
-    """log q(·|x) of a block of rows, by column range (see :meth:`Sampler.correction_columns`)."""
+class ScoreContext(Protocol):
+    """What :meth:`Loss.adjust_scores` may read at prediction time (evaluation hands it a
+    :class:`tailkit.evaluation.correction.PredictionContext`)."""
 
-    def columns(self, start: int, stop: int) -> torch.Tensor:
-        """(B, stop − start) values of columns ``start`` … ``stop`` − 1."""
-        raise NotImplementedError
-
-    def added_to(self, scores: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-        """``scores`` + :meth:`columns` as a new tensor (a sampler may fuse the two)."""
-        return scores + self.columns(start, stop).to(scores)
-
-
-class TableColumns(CorrectionColumns):
-    """Columns sliced from a table computed whole."""
-
-    def __init__(self, table: torch.Tensor) -> None:
-        self.table = table
-
-    def columns(self, start: int, stop: int) -> torch.Tensor:
-        return self.table[:, start:stop]
-
-
-@dataclass
-class PredictionContext:
-    """What a loss may use to adjust scores at prediction time.
-
-    Prediction scores a block of rows label chunk by label chunk; inside :meth:`rows` the
-    sampler's log q of every label is computed once for the block (at the first chunk that asks)
-    and each later chunk reads its columns, so a conditional sampler's correction costs one
-    pass per row whatever the number of chunks.
-    """
-
+    #: log π (C,) of the training counts.
     log_prior: torch.Tensor
-    sampler: Sampler | None = None
-    _block: torch.Tensor | None = field(default=None, repr=False)
-    _source: CorrectionColumns | None = field(default=None, repr=False)
-    _table: torch.Tensor | None = field(default=None, repr=False)
-    _num_classes: int = field(default=0, repr=False)
-    _order: torch.Tensor | None = field(default=None, repr=False)
-    _position: torch.Tensor | None = field(default=None, repr=False)
-    _chunk: tuple[torch.Tensor, int, int] | None = field(default=None, repr=False)
-
-    @property
-    def per_row_correction(self) -> bool:
-        """Whether :meth:`add_log_q` depends on the row (a conditional sampler's log q(y|x)):
-        prediction then sizes its row blocks by :meth:`Sampler.correction_floats_per_row`."""
-        return self._per_row_sampler is not None
-
-    @property
-    def _per_row_sampler(self) -> Sampler | None:
-        """The sampler when its correction depends on the row, else None."""
-        sampler = self.sampler
-        if sampler is not None and sampler.conditional and sampler.conditions_on != "scores":
-            return sampler
-        return None
-
-    def label_order(self) -> torch.Tensor | None:
-        """The column order prediction should score labels in (the sampler's table order), or
-        None for label-id order."""
-        sampler = self._per_row_sampler
-        return sampler.label_order() if sampler is not None else None
-
-    def chunk_bounds(self, num_classes: int, label_chunk: int) -> list[int]:
-        """Prediction's label chunks: the sampler's preferred bounds when it corrects per row."""
-        sampler = self._per_row_sampler
-        if sampler is not None:
-            return sampler.chunk_bounds(num_classes, label_chunk)
-        return label_chunks(num_classes, label_chunk)
-
-    def block_rows(self, batch_size: int, num_classes: int, budget: int) -> int:
-        """Rows per prediction block so the correction held per block stays within ``budget``
-        floats."""
-        sampler = self._per_row_sampler
-        if sampler is None:
-            return batch_size
-        per_row = max(1, sampler.correction_floats_per_row(num_classes))
-        return max(1, min(batch_size, budget // per_row))
-
-    @contextmanager
-    def rows(self, x: torch.Tensor, num_classes: int) -> Iterator[None]:
-        """Within the block, log q(·|x) of each label is computed at most once."""
-        self._block, self._source, self._table = x, None, None
-        self._num_classes = num_classes
-        self._order = self.label_order()
-        try:
-            yield
-        finally:
-            self._block, self._source, self._table, self._chunk = None, None, None, None
-
-    def chunk_ids(self, start: int, stop: int, device: torch.device) -> torch.Tensor:
-        """The label ids of prediction's columns ``start`` … ``stop`` − 1 of the current block:
-        a slice of :meth:`label_order`, else ``arange``. Passed on to :meth:`add_log_q`, they
-        let it ask the sampler for that column range instead of gathering from a table."""
-        ids = (
-            self._order[start:stop].to(device)
-            if self._block is not None and self._order is not None
-            else torch.arange(start, stop, device=device)
-        )
-        self._chunk = (ids, start, stop)
-        return ids
 
     def add_log_q(
         self, scores: torch.Tensor, x: torch.Tensor, label_ids: torch.Tensor
     ) -> torch.Tensor:
-        """scores + log q(label | x) from the sampler (Bamler–Mandt's bias removal); the scores
-        unchanged when there is no sampler.
-
-        A model-based sampler's log q(y|x) = f_y(x) − log Z(x) is a per-row monotone map of the
-        scores themselves: adding it changes no ranking, so the scores are returned as they are.
-        """
-        if self.sampler is None or self.sampler.conditions_on == "scores":
-            return scores
-        if x is self._block and self.sampler.conditional and label_ids.dim() == 1:
-            if self._source is None:
-                if self._order is not None:
-                    self._source = self.sampler.correction_columns(x)
-                else:
-                    every = torch.arange(self._num_classes, device=label_ids.device)
-                    self._source = TableColumns(self.sampler.log_prob(x, every))
-            if self._chunk is not None and label_ids is self._chunk[0]:
-                return self._source.added_to(scores, self._chunk[1], self._chunk[2])
-            # ids the context did not hand out: every column once, then gather
-            if self._table is None:
-                self._table = self._source.columns(0, self._num_classes)
-            log_q = self._table.index_select(1, self._columns(self._table, label_ids))
-            return scores + log_q.to(scores)
-        return scores + self.sampler.log_prob(x, label_ids).to(scores)
-
-    def _columns(self, table: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
-        label_ids = label_ids.to(table.device)
-        if self._order is None:
-            return label_ids
-        if self._position is None or self._position.device != label_ids.device:
-            self._position = inverse_order(self._order.to(label_ids.device))
-        return self._position.index_select(0, label_ids)
+        """``scores`` (B, k) plus the sampler's log q(label | x) of the labels ``label_ids``
+        (k,); the scores unchanged when the experiment has no sampler."""
+        ...
 
 
 class Loss(torch.nn.Module):
@@ -542,7 +372,7 @@ class Loss(torch.nn.Module):
         scores: torch.Tensor,
         x: torch.Tensor,
         label_ids: torch.Tensor,
-        ctx: PredictionContext,
+        ctx: ScoreContext,
     ) -> torch.Tensor:
         """Prediction-time correction of scores (B, k) for the labels ``label_ids`` (k,).
 
@@ -627,65 +457,8 @@ def is_learner(model: Any) -> bool:
     return issubclass(cls, Learner)
 
 
-class CorrectsAtPrediction:
-    """Mixin for a sampled loss with a ``correct_at_prediction`` option: when it is true,
-    prediction adds log q(y|x) from the sampler (the Bayes-optimal undoing of a constant-weight
-    sampling bias, Bamler & Mandt's + log p_n); otherwise scores are used as they are.
+def __getattr__(name: str) -> Any:
+    """The names that moved to evaluation/ and registry, for one release (tailkit._moved)."""
+    from tailkit._moved import moved_attribute
 
-    List it before :class:`Loss` in the bases so its ``adjust_scores`` wins.
-    """
-
-    correct_at_prediction: bool = False
-
-    def adjust_scores(
-        self,
-        scores: torch.Tensor,
-        x: torch.Tensor,
-        label_ids: torch.Tensor,
-        ctx: PredictionContext,
-    ) -> torch.Tensor:
-        return ctx.add_log_q(scores, x, label_ids) if self.correct_at_prediction else scores
-
-    @property
-    def adjusts_scores(self) -> bool:
-        return self.correct_at_prediction
-
-
-def declared_traits(kind: str, factory: Any) -> dict[str, Any]:
-    """What a component of ``kind`` declares about itself as class attributes, with the
-    protocol's defaults filled in: read once, at registration, into its info record
-    (:class:`tailkit.registry.Component`). Values are JSON-able."""
-    cls = _returned_class(factory)
-    if kind == "losses":
-        return {
-            "modes": list(batch_modes(cls)) if cls is not None else [],
-            "multilabel": bool(getattr(cls, "multilabel", False)),
-        }
-    if kind == "samplers":
-        return {
-            name: getattr(cls, name, getattr(Sampler, name))
-            # not `shared`: uniform and unigram take it as an option, so it is per instance
-            for name in ("conditional", "uses_negatives", "conditions_on")
-        }
-    if kind == "featurizers":
-        return {"accepts": list(featurizer_accepts(cls)), "output": featurizer_output(cls)}
-    if kind == "models":
-        learner = cls is not None and is_learner(cls)
-        return {
-            "input_kind": model_input_kind(cls),
-            "learner": learner,
-            "requires": list(getattr(cls, "requires", ())) if learner else [],
-        }
-    return {}  # a dataset's facts (propensity) may depend on its options: read per instance
-
-
-def _returned_class(factory: Any) -> type | None:
-    """The class a factory builds: itself when it is one, else its return annotation's class
-    (None when it declares none)."""
-    if isinstance(factory, type):
-        return factory
-    try:
-        returned = typing.get_type_hints(factory).get("return")
-    except (NameError, TypeError):
-        return None
-    return returned if isinstance(returned, type) else None
+    return moved_attribute(__name__, name)

@@ -21,6 +21,7 @@ import re
 import sys
 import threading
 import traceback
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -64,7 +65,7 @@ class Component:
     where it came from, the options it takes and what it declares about itself.
 
     ``traits`` holds the kind's declared facts with the protocol's defaults filled in
-    (:func:`tailkit.components.declared_traits`): a loss's batch ``modes`` and ``multilabel``;
+    (:func:`declared_traits`): a loss's batch ``modes`` and ``multilabel``;
     a sampler's ``conditional``, ``uses_negatives`` and ``conditions_on``; a
     featurizer's ``accepts`` and ``output``; a model's ``input_kind``, ``learner`` and
     ``requires``. The core, ``tailkit list``/``options``/``plugins``
@@ -162,7 +163,7 @@ def _options(factory: Callable[..., Any]) -> tuple[OptionInfo, ...]:
 def _traits(kind: str, name: str, factory: Callable[..., Any]) -> Mapping[str, Any]:
     """The component's declared facts; a loss that takes no batch type is refused here, so a
     plugin learns at load time, not from a ``None`` deep in a training step."""
-    from tailkit.components import BATCH_TYPES, declared_traits
+    from tailkit.components import BATCH_TYPES
 
     traits = declared_traits(kind, factory)
     if kind == "losses" and not traits["modes"]:
@@ -431,3 +432,52 @@ def get_plugin_manager() -> tuple[pluggy.PluginManager, dict[str, PluginRecord]]
 def get_registry() -> Registry:
     """The process-wide registry of installed plugins, built on first use."""
     return Registry(*get_plugin_manager())
+
+
+def declared_traits(kind: str, factory: Any) -> dict[str, Any]:
+    """What a component of ``kind`` declares about itself as class attributes, with the
+    protocol's defaults filled in: read once, at registration, into its info record
+    (:class:`Component`). Values are JSON-able."""
+    from tailkit.components import (
+        Sampler,
+        batch_modes,
+        featurizer_accepts,
+        featurizer_output,
+        is_learner,
+        model_input_kind,
+    )
+
+    cls = _returned_class(factory)
+    if kind == "losses":
+        return {
+            "modes": list(batch_modes(cls)) if cls is not None else [],
+            "multilabel": bool(getattr(cls, "multilabel", False)),
+        }
+    if kind == "samplers":
+        return {
+            name: getattr(cls, name, getattr(Sampler, name))
+            # not `shared`: uniform and unigram take it as an option, so it is per instance
+            for name in ("conditional", "uses_negatives", "conditions_on")
+        }
+    if kind == "featurizers":
+        return {"accepts": list(featurizer_accepts(cls)), "output": featurizer_output(cls)}
+    if kind == "models":
+        learner = cls is not None and is_learner(cls)
+        return {
+            "input_kind": model_input_kind(cls),
+            "learner": learner,
+            "requires": list(getattr(cls, "requires", ())) if learner else [],
+        }
+    return {}  # a dataset's facts (propensity) may depend on its options: read per instance
+
+
+def _returned_class(factory: Any) -> type | None:
+    """The class a factory builds: itself when it is one, else its return annotation's class
+    (None when it declares none)."""
+    if isinstance(factory, type):
+        return factory
+    try:
+        returned = typing.get_type_hints(factory).get("return")
+    except (NameError, TypeError):
+        return None
+    return returned if isinstance(returned, type) else None

@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_training import D, _run
 
-from tailkit.components import PredictionContext
 from tailkit.evaluation import predict as predict_module
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax

@@ -281,8 +281,8 @@ def test_kill_9_of_one_rank_ends_the_job_and_dvc_repro_resumes_to_the_same_model
 
 
 def _predictions(world: World) -> None:
-    from tailkit.components import PredictionContext
     from tailkit.distributed.predict import predict_sharded
+    from tailkit.evaluation.correction import PredictionContext
     from tailkit.evaluation.predict import predict
     from tailkit.training.loop import log_prior_from_counts
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from sklearn.metrics import balanced_accuracy_score
 
-from tailkit.components import Loss, PredictionContext, Sampler
+from tailkit.components import Loss, Sampler
+from tailkit.evaluation.correction import OrderedCorrection, PredictionContext
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, pick_rows
 from tailkit.evaluation.metrics import (
     CDF_POINTS,
@@ -305,7 +306,7 @@ def test_chunked_topk_equals_a_dense_topk(chunk, block):
 # ---------------------------------------------------------------- score ties (issue 19 item 10)
 
 
-class _PermutedTable(Sampler):
+class _PermutedTable(OrderedCorrection, Sampler):
     """A conditional sampler whose log q is 0 everywhere (it moves no score) but whose table
     order is a permutation, so prediction scores the columns out of label order."""
 

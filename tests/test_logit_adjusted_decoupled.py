@@ -15,7 +15,8 @@ import pytest
 import torch
 from scipy import stats
 
-from tailkit.components import Batch, PredictionContext
+from tailkit.components import Batch
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.plugins.losses.decoupled import Decoupled, SampledDecoupled
 from tailkit.plugins.losses.logit_adjusted import BalancedSoftmax, LogitAdjusted
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax

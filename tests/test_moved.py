@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tailkit._moved import MOVED
+from tailkit._moved import MOVED, MOVED_NAMES
 from tailkit.pipeline.codehash import import_closure
 
 PACKAGE = Path(__file__).parents[1] / "tailkit"
@@ -23,6 +23,21 @@ def test_every_old_name_is_the_new_module(old):
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=f"{old} moved to {MOVED[old]}"):
         assert importlib.import_module(old) is new
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), sorted((m, n) for m, names in MOVED_NAMES.items() for n in names)
+)
+def test_every_moved_name_is_the_new_object_with_a_warning(module, name):
+    new = getattr(importlib.import_module(MOVED_NAMES[module][name]), name)
+    assert name not in vars(importlib.import_module(module))
+    with pytest.warns(DeprecationWarning, match=f"{module}.{name} moved to"):
+        assert getattr(importlib.import_module(module), name) is new
+
+
+def test_a_name_that_never_moved_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
+        importlib.import_module("tailkit.components").NoSuchName  # noqa: B018
 
 
 def test_a_plugin_on_the_old_names_runs_and_its_fingerprint_holds_the_moved_file(

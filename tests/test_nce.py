@@ -10,7 +10,8 @@ import pytest
 import torch
 from test_losses import SEEDS, SHAPES, np_softplus, random_sampled, to_input
 
-from tailkit.components import PredictionContext, Sampler
+from tailkit.components import Sampler
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.plugins.losses.nce import NCE
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from tailkit.components import Loss, PredictionContext
+from tailkit.components import Loss
 from tailkit.evaluation import predict as predict_module
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.models.linear import Linear

@@ -17,11 +17,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from tailkit.components import Encoder, Loss, PredictionContext
+from tailkit.components import Encoder, Loss
 from tailkit.distributed.layer import whole_layer
 from tailkit.distributed.ops import all_gather_rows
 from tailkit.distributed.topk import merge_logsumexp, merge_topk
 from tailkit.distributed.world import World
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import Predictions, predict
 from tailkit.training.output_layer import OutputLayer
 

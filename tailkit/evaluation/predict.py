@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numba
 import torch
 
-from tailkit.components import Encoder, Loss, PredictionContext, inverse_order, label_chunks
+from tailkit.components import Encoder, Loss
 from tailkit.evaluation.chunk_kernels import merge_chunk
+from tailkit.evaluation.correction import PredictionContext, inverse_order, label_chunks
 from tailkit.evaluation.topk import merge_topk
 from tailkit.training.output_layer import OutputLayer
 

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tailkit.components import Encoder, Learner, Loss, PredictionContext
+from tailkit.components import Encoder, Learner, Loss
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import (

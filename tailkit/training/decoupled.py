@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.components import Encoder, FullBatch, Loss, PredictionContext
+from tailkit.components import Encoder, FullBatch, Loss
 from tailkit.errors import TrainingDivergedError
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
 from tailkit.labels import LabelSets
 from tailkit.training.loop import validation_scores

@@ -15,13 +15,13 @@ import torch
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import LEARNER_FILES, MODEL_INFO
-from tailkit.pipeline.codehash import experiment_code
-from tailkit.pipeline.experiment import build_model, check_components, feature_dir, provenance
+from tailkit.pipeline.experiment import build_model, check_components, feature_dir
 from tailkit.registry import Registry
-from tailkit.storage.atomic import atomic_dir, atomic_path, write_json
+from tailkit.storage.atomic import atomic_dir, write_json
 from tailkit.storage.feature_cache import read_features
 from tailkit.storage.splits import read_meta
-from tailkit.training.loop import curve_to_tsv, validation_rows, validation_scores
+from tailkit.training.loop import validation_rows, validation_scores
+from tailkit.training.saved_run import run_info, run_timing, save_run
 
 
 def fit_learner(
@@ -35,7 +35,6 @@ def fit_learner(
     its files in the tool's format under ``learner/``, and a one-point learning curve (the fit's
     seconds and the validation scores of the same validation rows as the loop's)."""
     check_components(params, experiment, registry)  # the loop's path checks in build_objective
-    settings = params.resolved(experiment)
     features = feature_dir(params, layout, experiment)
     meta = read_meta(features)
     model = build_model(params, experiment, registry, meta["dim"], meta.get("kind", "dense"))
@@ -58,20 +57,17 @@ def fit_learner(
         )
         seconds = time.perf_counter() - start
         top1, _ = model.predict_topk(x_val[val_pick], 1)
-        write_json(
-            tmp / MODEL_INFO,
-            {
-                "experiment": experiment,
-                "settings": settings,
-                "code": experiment_code(params, registry, experiment)["sha256"],
-                "num_classes": meta["num_classes"],
-                "in_dim": meta["dim"],
-                "steps": None,  # one fit by the tool, not steps of tailkit's loop
-                # False: the tool draws randomness no caller can seed; a rerun differs
-                "deterministic": model.deterministic,
-                "plugins": provenance(params, registry, settings),
-            },
+        info = run_info(
+            params,
+            registry,
+            experiment,
+            num_classes=meta["num_classes"],
+            in_dim=meta["dim"],
+            steps=None,
+            # False: the tool draws randomness no caller can seed; a rerun differs
+            deterministic=model.deterministic,
         )
+        write_json(tmp / MODEL_INFO, info)
     if progress is not None:
         progress(1, 1, {})
     accuracy, balanced = validation_scores(
@@ -86,14 +82,6 @@ def fit_learner(
             "val_balanced_accuracy": balanced,
         }
     ]
-    with atomic_path(layout.curve(experiment)) as tmp:
-        tmp.write_text(curve_to_tsv(curve))
-    rows = int(x_train.shape[0])
-    timing = {
-        "seconds": round(seconds, 3),
-        "steps": None,
-        "examples_per_second": round(rows / max(seconds, 1e-9)),
-        "device": "cpu",
-    }
-    write_json(layout.timing(f"train/{experiment}"), timing)
+    timing = run_timing(seconds, None, int(x_train.shape[0]), "cpu")
+    save_run(layout, experiment, curve=curve, timing=timing)  # the tool wrote its own model
     return timing

@@ -35,12 +35,13 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from tailkit.components import Encoder, FullBatch, Loss, PredictionContext, SampledBatch, Sampler
+from tailkit.components import Encoder, FullBatch, Loss, SampledBatch, Sampler
 from tailkit.distributed.chunked_logits import chunk_width
 from tailkit.distributed.ops import gather_rows, scale_gradient, sum_gradient, sum_over_ranks
 from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import ComponentFault, InvalidParameterError, TrainingDivergedError
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.labels import LabelSets
 from tailkit.pipeline.finite import first_non_finite

@@ -8,8 +8,9 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import CorrectsAtPrediction, FullBatch, Loss, SampledBatch
+from tailkit.components import FullBatch, Loss, SampledBatch
 from tailkit.distributed.chunked_logits import ChunkedLogits
+from tailkit.evaluation.correction import CorrectsAtPrediction
 from tailkit.plugins.losses.weighting import Weighting, log_weights
 from tailkit.validation import Constraint, Interval
 

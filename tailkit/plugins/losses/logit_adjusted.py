@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from tailkit.components import FullBatch, Loss, PredictionContext
+from tailkit.components import FullBatch, Loss, ScoreContext
 from tailkit.plugins.losses.cast_tables import table_like
 from tailkit.plugins.losses.fused_softmax import batch_cross_entropy
 from tailkit.plugins.losses.softmax import pick_all_labels
@@ -103,7 +103,7 @@ class LogitAdjusted(_NeedsSetup):
         scores: torch.Tensor,
         x: torch.Tensor,
         label_ids: torch.Tensor,
-        ctx: PredictionContext,
+        ctx: ScoreContext,
     ) -> torch.Tensor:
         if self.adjustment != "posthoc":
             return scores

@@ -7,7 +7,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import CorrectsAtPrediction, SampledBatch
+from tailkit.components import SampledBatch
+from tailkit.evaluation.correction import CorrectsAtPrediction
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 
 

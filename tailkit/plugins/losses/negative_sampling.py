@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import Loss, PredictionContext, SampledBatch
+from tailkit.components import Loss, SampledBatch, ScoreContext
 from tailkit.validation import Constraint, Interval
 
 
@@ -75,7 +75,7 @@ class NegativeSampling(Loss):
         scores: torch.Tensor,
         x: torch.Tensor,
         label_ids: torch.Tensor,
-        ctx: PredictionContext,
+        ctx: ScoreContext,
     ) -> torch.Tensor:
         return ctx.add_log_q(scores, x, label_ids)
 

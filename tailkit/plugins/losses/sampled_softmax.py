@@ -8,7 +8,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch.autograd.function import once_differentiable
 
-from tailkit.components import CorrectsAtPrediction, Loss, SampledBatch
+from tailkit.components import Loss, SampledBatch
+from tailkit.evaluation.correction import CorrectsAtPrediction
 from tailkit.plugins.losses.sampled_softmax_kernels import (
     sampled_softmax_backward,
     sampled_softmax_forward,

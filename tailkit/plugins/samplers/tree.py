@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from tailkit.components import CorrectionColumns, Sampler, TableColumns, inverse_order
+from tailkit.components import Sampler
+from tailkit.evaluation.correction import (
+    CorrectionColumns,
+    OrderedCorrection,
+    TableColumns,
+    inverse_order,
+)
 from tailkit.progress import notice
 from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
@@ -94,7 +100,7 @@ class _SubtreeColumns(CorrectionColumns):
         return torch.from_numpy(out[:, start - lo : stop - lo])
 
 
-class TreeSampler(Sampler):
+class TreeSampler(OrderedCorrection, Sampler):
     """Adversarial negatives from a label tree fitted on PCA features (Bamler & Mandt 2020).
 
     Options: ``k`` whitened correlation-matrix PCA dimensions (paper: 16); ``reg`` the node

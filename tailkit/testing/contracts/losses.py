@@ -8,15 +8,8 @@ from typing import Any
 
 import torch
 
-from tailkit.components import (
-    Batch,
-    FullBatch,
-    Loss,
-    PredictionContext,
-    SampledBatch,
-    Sampler,
-    batch_modes,
-)
+from tailkit.components import Batch, FullBatch, Loss, SampledBatch, Sampler, batch_modes
+from tailkit.evaluation.correction import PredictionContext
 from tailkit.registry import Component
 from tailkit.testing.contracts.common import (
     EMBED_DIM,
