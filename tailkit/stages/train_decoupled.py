@@ -114,5 +114,14 @@ def run(
         "encoder": start.encoder.state_dict(),  # the first stage's, as it was
         "loss": outcome.loss.state_dict(),
     }
-    save_run(layout, experiment, curve=outcome.curve, timing=timing, weights=weights, info=info)
+    model_dir = params.model_dir(layout, experiment)  # its seed runs live apart
+    save_run(
+        layout,
+        experiment,
+        curve=outcome.curve,
+        timing=timing,
+        weights=weights,
+        info=info,
+        model_dir=model_dir,
+    )
     return timing

@@ -8,6 +8,7 @@ evaluate, the report and ``tailkit predict`` read one kind of run whatever made 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tailkit.params import Params
@@ -68,12 +69,15 @@ def save_run(
     timing: dict[str, Any],
     weights: dict[str, Any] | None = None,
     info: dict[str, Any] | None = None,
+    model_dir: Path | None = None,
 ) -> None:
     """Write the run's model (``weights`` and ``info``; a tool that wrote its own folder passes
-    neither), then its learning curve and its timing, each file whole or not at all."""
+    neither) to ``model_dir`` (``data/models/<run>`` unless given: a decoupled run's seed runs
+    live apart, :meth:`tailkit.params.Params.model_dir`), then its learning curve and its
+    timing, each file whole or not at all."""
     if weights is not None:
         assert info is not None, "a model's weights go with its model.json"
-        with atomic_dir(layout.model(experiment)) as tmp:
+        with atomic_dir(model_dir or layout.model(experiment)) as tmp:
             save_model(tmp, weights, info)
     with atomic_path(layout.curve(experiment)) as tmp:
         tmp.write_text(curve_to_tsv(curve))
