@@ -30,9 +30,9 @@ import torch
 from tailkit.labels import LabelSets
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
-from tailkit.training.loop import sampled_input
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
+from tailkit.training.step_batch import sampled_input
 
 
 def zipf_label_sets(rows: int, classes: int, mean_labels: float, seed: int) -> LabelSets:

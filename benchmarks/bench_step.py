@@ -12,7 +12,7 @@ shared machine's drift hits all alike; in each round a case runs one untimed ste
 ``--steps`` timed ones, whose mean is that round's time (a step as the training loop sees it,
 after steps of its own kind).
 
-The sampled step is the training loop's own (``tailkit.training.loop.sampled_input``: draws,
+The sampled step is the training loop's own (``tailkit.training.step_batch.sampled_input``: draws,
 log q, the scored rows and the accidental hits), with embeddings that take a gradient as an
 encoder's output does, so its three GEMMs are the 6·B·m·d FLOPs the rate counts; goal
 (issue 18): the sampled step at ≥ 0.7 of the GEMM rate. Run with malloc tuned as the
@@ -31,9 +31,9 @@ import torch
 from tailkit.native.restart import restart_with_settled_environment
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
-from tailkit.training.loop import sampled_input
 from tailkit.training.optim import RowSparseAdagrad
 from tailkit.training.output_layer import OutputLayer
+from tailkit.training.step_batch import sampled_input
 
 
 def gemm_gflops(n: int = 2048, repeats: int = 5) -> float:

@@ -19,7 +19,7 @@ from tailkit.paths import Layout
 from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.registry import make_registry
 from tailkit.stages import train
-from tailkit.training.loop import check_sampled_ids
+from tailkit.training.step_batch import check_sampled_ids
 
 
 class PastTheEnd(UniformSampler):

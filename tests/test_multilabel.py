@@ -32,8 +32,8 @@ from tailkit.storage.feature_cache import read_features, write_features
 from tailkit.storage.label_table import read_label_table
 from tailkit.storage.splits import read_meta, read_split
 from tailkit.testing.batches import full_batch
-from tailkit.training.loop import sampled_input
 from tailkit.training.output_layer import OutputLayer
+from tailkit.training.step_batch import sampled_input
 
 SETS = [[2, 0], [], [1], [3, 1, 0], [4], [], [0, 4]]
 

@@ -24,33 +24,37 @@ label as ``val_balanced_accuracy``; with one label per row both are the single-l
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 
 from tailkit.components import Encoder, FullBatch, Loss, SampledBatch, Sampler
 from tailkit.distributed.chunked_logits import chunk_width
-from tailkit.distributed.ops import gather_rows, scale_gradient, sum_gradient, sum_over_ranks
 from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
-from tailkit.errors import ComponentFault, InvalidParameterError, TrainingDivergedError
+from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.metrics import label_recall, per_class_recall
 from tailkit.labels import LabelSets
-from tailkit.pipeline.finite import first_non_finite
 from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.cuda_graph import GraphedEncoder, wants_graphs
+from tailkit.training.loop_state import (
+    Learned,
+    LoopState,
+    refuse_non_finite,
+    resume,
+    save_checkpoint,
+)
 from tailkit.training.optim import RowSparseOptimizer
 from tailkit.training.output_layer import OutputLayer, Rows
 from tailkit.training.row_sampling import RowSampler
+from tailkit.training.step_batch import StepScoring, batch_inputs, embed_rows, loss_batch
 
 CURVE_COLUMNS = ("step", "seconds", "loss", "val_accuracy", "val_balanced_accuracy")
 
@@ -140,101 +144,6 @@ def validation_rows(rows: int, seed: int, count: int) -> torch.Tensor:
     return pick[:count]
 
 
-def sampled_input(
-    layer: OutputLayer,
-    sampler: Sampler,
-    x: torch.Tensor,
-    z: torch.Tensor,
-    y: torch.Tensor | LabelSets,
-    negatives: int,
-    generator: torch.Generator,
-    *,
-    log_prior: torch.Tensor,
-    epoch: int = 0,
-    step: int = 0,
-    world: World = ONE_PROCESS,
-) -> tuple[SampledBatch, Rows]:
-    """A batch's :class:`SampledBatch` and the output rows it touches.
-
-    Negatives are drawn for each row (or shared by the batch) and only the positive and
-    negative rows of the output layer are scored. Multi-label ``y`` is taken as its
-    (row, positive) pairs, with every label of a pair's row marked as an accidental hit
-    (module docstring). ``log_prior``, ``epoch`` and ``step`` fill the batch's fields of those
-    names.
-
-    In a label-sharded run (``world``, ``layer`` this rank's shard) ``x``, ``z`` and ``y`` are
-    the whole global batch on every rank and ``generator`` is seeded alike on all, so every
-    rank draws the same negatives with the same log q; each scores the rows it owns, and the
-    logits are summed over the ranks, which gives every rank one process's batch, so any
-    sampled loss runs unchanged. Its gradient reaches each rank's own rows only; a term the
-    loss computes from ``batch.embeddings`` alone is replicated, so its gradient is scaled by
-    1/W (the embeddings' gradients are summed over the ranks).
-    """
-    pair_rows = None
-    if isinstance(y, LabelSets):
-        sets = y
-        pair_rows, y = sets.pairs()
-        z = z.index_select(0, pair_rows)
-    if sampler.conditions_on == "scores":
-        # The model-based proposal sees the current scores, never the parameters.
-        with torch.no_grad():
-            given = layer.full(z.detach())[0]
-    else:
-        given = x if pair_rows is None else x.index_select(0, pair_rows)
-    neg, neg_log_q = sampler.sample(given, y, negatives, generator)
-    if neg.device.type == "cpu" or step == 0:  # a check syncs a GPU: its first batch only
-        check_sampled_ids(neg, neg_log_q, layer.total_classes)
-    pos_log_q = sampler.log_prob(given, y.unsqueeze(1)).squeeze(1)
-    scored = layer.sampled(z, y, neg)
-    pos, negative, embeddings = scored.pos, scored.neg, z
-    if world.sharded:  # one all-reduce for both
-        both = sum_over_ranks(torch.cat([pos.unsqueeze(1), negative], 1), world)
-        # contiguous, as one process's are: a strided view can take another reduction path
-        pos, negative = both[:, 0].contiguous(), both[:, 1:].contiguous()
-        embeddings = scale_gradient(z, 1.0 / world.size)
-    batch = SampledBatch(
-        labels=y,
-        pos_logits=pos,
-        neg_logits=negative,
-        pos_log_q=pos_log_q,
-        neg_log_q=neg_log_q,
-        hits=scored.hits if pair_rows is None else sets.contains(pair_rows, neg),
-        neg_ids=neg,
-        sampler_conditional=sampler.conditional,
-        embeddings=embeddings,
-        log_prior=log_prior,
-        epoch=epoch,
-        step=step,
-    )
-    return batch, scored.rows
-
-
-def check_sampled_ids(neg: torch.Tensor, log_q: torch.Tensor, num_classes: int) -> None:
-    """Refuse a sampler's draw that the output layer cannot score: ids that are not integers
-    in [0, C), or log q of another shape (an out-of-range id would otherwise surface as an
-    IndexError inside index_select, or a device-side assert on a GPU)."""
-    if neg.dtype not in (torch.int64, torch.int32) or neg.shape != log_q.shape:
-        raise ComponentFault(
-            "sampler",
-            f"sample returned ids of {neg.dtype} {tuple(neg.shape)} and log q of "
-            f"{tuple(log_q.shape)}; expected integer ids and log q of the same shape",
-        )
-    if neg.numel():
-        low, high = torch.aminmax(neg)
-        if int(low) < 0 or int(high) >= num_classes:
-            bad = int(low) if int(low) < 0 else int(high)
-            raise ComponentFault(
-                "sampler", f"sample returned label id {bad}, outside [0, {num_classes})"
-            )
-
-
-def _brief(exc: BaseException) -> str:
-    """``TypeError: message`` on one line, at most 200 characters."""
-    text = " ".join(str(exc).split())
-    text = text if len(text) <= 200 else text[:197] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def train(
     *,
     cfg: LoopConfig,
@@ -274,120 +183,41 @@ def train(
     forward: Any = _replicated(encoder, world) if world.sharded and not replicate else encoder
     device = layer.weight.device
     n = x_train.shape[0]
-    steps_per_epoch = math.ceil(n / cfg.batch_size)
-    total = cfg.total_steps(n)
-    ctx = PredictionContext(
-        log_prior=log_prior_from_counts(class_counts).to(device), sampler=sampler
-    )
+    steps_per_epoch, total = math.ceil(n / cfg.batch_size), cfg.total_steps(n)
+    ctx = PredictionContext(log_prior_from_counts(class_counts).to(device), sampler=sampler)
     loss.train_rows = n  # before setup(): a loss's tables may need N (Loss.train_rows)
     loss.setup(class_counts.to(device=device, dtype=torch.float64))
-    sample_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
-    # A loss may learn parameters too (e.g. a log-normaliser); they train with the encoder's.
-    dense = [*encoder.parameters(), *loss.parameters()]
-    optimizer.attach(
-        layer,
-        [p for p in dense if p.requires_grad],
-        steps_per_epoch=steps_per_epoch,
-        total_steps=total,
-        sparse=sampler is not None,
-        sparse_tables=[
-            m.weight
-            for m in encoder.modules()
-            if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)
-            and m.sparse
-            and m.weight.requires_grad
-        ],
-        owner=f"experiments.{cfg.experiment}.optimizer",
+    generators = (
+        torch.Generator(device=device).manual_seed(cfg.seed + 1),  # the sampler's draws
+        torch.Generator(device=device).manual_seed(cfg.seed + 2),  # augmentation
     )
+    _attach(
+        optimizer,
+        cfg,
+        encoder,
+        layer,
+        loss,
+        sparse=sampler is not None,
+        steps_per_epoch=steps_per_epoch,
+        total=total,
+    )
+    learned = Learned(encoder, layer, loss, optimizer)
     checkpoint_every = checkpoint_interval(
         cfg.checkpoint_every,
         _tensor_bytes([layer.state_dict(), encoder.state_dict(), loss.state_dict(), optimizer]),
         cfg.step_work,
         cfg.checkpoint_budget,
     )
-    chunk_width = _chunk_width(cfg, layer, loss, sampler)
-    matmul = _matmul(cfg, device, chunk_width)
+    width = _chunk_width(cfg, layer, loss, sampler)
+    matmul = _matmul(cfg, device, width)
+    scoring = StepScoring(
+        layer, sampler, optimizer, ctx.log_prior, cfg.negatives, generators[0], width,
+        matmul == "bf16", world,
+    )  # fmt: skip
     transform = getattr(encoder, "train_transform", None)
-    augment_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
-
-    step, seconds, curve, examples = 0, 0.0, [], 0
-    running, running_n = 0.0, 0
-    state = None
+    state = LoopState()
     if checkpoint is not None:  # this process's rows of the layer and the optimiser's state
-        state = checkpoint.load(
-            label_start=layer.label_start,
-            label_stop=layer.label_start + layer.num_classes,
-            world=world,
-        )
-    if state is not None:
-        step, seconds, curve = state["step"], state["seconds"], state["curve"]
-        # a checkpoint from before rows were counted: full batches, the old estimate
-        examples = state.get("examples", step * cfg.batch_size)
-        if tables := state["rows"]:  # this process's rows; none for a rank without labels
-            layer.load_state_dict({"weight": tables["layer.weight"], "bias": tables["layer.bias"]})
-            optimizer.load_row_tables(
-                {k.removeprefix("optimizer."): v for k, v in tables.items() if k[:6] != "layer."}
-            )
-        encoder.load_state_dict(state["encoder"])
-        loss.load_state_dict(state["loss"])
-        optimizer.load_state_dict(state["optimizer"])
-        _restore_rank_rng(state, world, cfg.seed, step)
-        sample_gen.set_state(state["sample_gen"])
-        if state.get("augment_gen") is not None:
-            augment_gen.set_state(state["augment_gen"])
-        running, running_n = state["running"]
-
-    def refuse_non_finite(consequence: str) -> None:
-        """One line naming the first NaN or infinite tensor of the state, on every rank."""
-        bad = first_non_finite(
-            {
-                "layer": layer.state_dict(),
-                "encoder": encoder.state_dict(),
-                "loss": loss.state_dict(),
-                "optimizer": {**optimizer.state_dict(), **optimizer.row_tables()},
-            }
-        )
-        if world.sharded:  # every rank stops together, naming the first rank's finding
-            found: list[Any] = [None] * world.size
-            torch.distributed.all_gather_object(found, bad, group=world.group)
-            bad = next((b for b in found if b is not None), None)
-        if bad is not None:
-            raise TrainingDivergedError(
-                f"experiments.{cfg.experiment}: {bad} is not finite after step {step}; "
-                f"{consequence}; lower optimizer.lr or check the loss's gradient"
-            )
-
-    def save_checkpoint() -> None:
-        if checkpoint is None:
-            return
-        refuse_non_finite("no checkpoint was written")
-        rows = {"layer.weight": layer.weight, "layer.bias": layer.bias}
-        rows.update({f"optimizer.{k}": v for k, v in optimizer.row_tables().items()})
-        checkpoint.save(
-            {
-                "step": step,
-                "seconds": seconds,
-                "curve": curve,
-                "encoder": encoder.state_dict(),
-                "loss": loss.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                # dropout and other draws from the global generators, one state per process
-                "rng": _gathered(torch.get_rng_state(), world),
-                "cuda_rng": (
-                    _gathered(torch.cuda.get_rng_state(), world)
-                    if torch.cuda.is_available()
-                    else None
-                ),
-                "sample_gen": sample_gen.get_state(),
-                "augment_gen": augment_gen.get_state(),
-                "running": (running, running_n),
-                "examples": examples,
-            },
-            rows,
-            label_start=layer.label_start,
-            world=world,
-        )
-
+        state = resume(checkpoint, learned, generators, world, cfg.seed, cfg.batch_size)
     if not world.sharded and wants_graphs(encoder, device):
         forward = GraphedEncoder(encoder, _graph_samples(x_train, cfg, transform, device))
     # Each epoch's rows are a function of (seed, epoch): a resumed run rebuilds the
@@ -397,129 +227,95 @@ def train(
     tick = time.perf_counter()
     shown = _Shown(tick)
     with _tf32(matmul == "tf32" and device.type == "cuda"):
-        while step < total:
-            epoch, position = divmod(step, steps_per_epoch)
+        while state.step < total:
+            epoch, position = divmod(state.step, steps_per_epoch)
             if position == 0 or order is None:
                 order = rows_of.epoch_rows(cfg.seed, epoch)
             idx = order[position * cfg.batch_size : (position + 1) * cfg.batch_size]
-            examples += len(idx)
-            x, whole = _batch_inputs(x_train, idx, world, transform, augment_gen, device)
+            state.examples += len(idx)
+            x, whole = batch_inputs(x_train, idx, world, transform, generators[1], device)
             y = y_train.index_select(0, idx).to(device, non_blocking=True)
-            try:
-                if replicate:
-                    z = sum_gradient(forward(whole), world)
-                elif world.sharded:  # every rank knows the split: no count exchange
-                    z = gather_rows(
-                        forward(x), world, [len(p) for p in idx.tensor_split(world.size)]
-                    )
-                else:
-                    z = forward(x)
-            except (
-                RuntimeError,
-                ValueError,
-                TypeError,
-                IndexError,
-                KeyError,
-                AttributeError,
-            ) as exc:
-                raise ComponentFault("model", f"forward raised {_brief(exc)}") from exc
-
-            batch: FullBatch | SampledBatch | None
-            rows: Rows | None = None
-            if sampler is None:
-                if chunk_width is not None:  # the layer's update happens in the backward
-                    # typed as the tensor it stands for: only a Loss.chunkable loss receives it
-                    logits = cast(
-                        torch.Tensor,
-                        layer.chunked(
-                            z,
-                            chunk_width,
-                            partial(optimizer.step_range, step=step),
-                            world,
-                            torch.bfloat16 if matmul == "bf16" else None,
-                        ),
-                    )
-                else:
-                    logits, rows = layer.full(z)
-                batch = FullBatch(
-                    labels=y.padded() if isinstance(y, LabelSets) else y,
-                    logits=logits,
-                    num_classes=layer.total_classes,
-                    label_start=layer.label_start,
-                    world=world,
-                    log_prior=ctx.log_prior,
-                    embeddings=z,
-                    epoch=epoch,
-                    step=step,
-                )
-            elif isinstance(y, LabelSets) and y.indices.numel() == 0:
-                batch = None  # no (row, positive) pair to score: nothing to learn from
-            else:
-                batch, rows = sampled_input(
-                    layer,
-                    sampler,
-                    whole,
-                    z,
-                    y,
-                    cfg.negatives,
-                    sample_gen,
-                    log_prior=ctx.log_prior,
-                    epoch=epoch,
-                    step=step,
-                    world=world,
-                )
+            z = embed_rows(forward, x, whole, idx, world, replicate)
+            batch, rows = loss_batch(scoring, z, whole, y, epoch=epoch, step=state.step)
             if batch is not None:
-                value = loss(batch)
-                loss_value = value.item()
-                if not math.isfinite(loss_value):
-                    raise TrainingDivergedError(
-                        f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
-                        "lower optimizer.lr or check the inputs"
-                    )
-                value.backward()
-                if rows is None:  # chunked: the layer's rows were updated chunk by chunk
-                    optimizer.step_dense(step)
-                else:
-                    optimizer.step(rows, step)
-                running += loss_value
-                running_n += 1
+                loss_value = _learn(cfg, loss, optimizer, batch, rows, state.step)
+                state.add_loss(loss_value)
                 shown.add(loss_value, len(idx))
-            step += 1
+            state.step += 1
             if progress is not None and shown.due():
-                progress(step, total, shown.postfix())
-
-            if step % cfg.eval_every == 0 or step == total:
-                seconds += time.perf_counter() - tick
+                progress(state.step, total, shown.postfix())
+            if state.step % cfg.eval_every == 0 or state.step == total:
+                state.seconds += time.perf_counter() - tick
                 # every rank scores its own labels; the top-1 is merged (a collective)
-                acc, bal = _validate(
-                    encoder, layer, loss, ctx, x_val, y_val, layer.total_classes, world
+                state.point(
+                    *_validate(encoder, layer, loss, ctx, x_val, y_val, layer.total_classes, world)
                 )
-                curve.append(
-                    {
-                        "step": step,
-                        "seconds": round(seconds, 4),
-                        "loss": running / max(running_n, 1),
-                        "val_accuracy": acc,
-                        "val_balanced_accuracy": bal,
-                    }
-                )
-                running, running_n = 0.0, 0
                 if progress is not None:
-                    progress(step, total, shown.postfix())
+                    progress(state.step, total, shown.postfix())
                 tick = time.perf_counter()
-            if step % checkpoint_every == 0 and step < total:
-                seconds += time.perf_counter() - tick
-                save_checkpoint()
+            if state.step % checkpoint_every == 0 and state.step < total:
+                state.seconds += time.perf_counter() - tick
+                if checkpoint is not None:
+                    save_checkpoint(checkpoint, cfg.experiment, learned, state, generators, world)
                 tick = time.perf_counter()
+    refuse_non_finite(cfg.experiment, learned, state.step, "no model was saved", world)
+    return TrainResult(state.step, state.seconds, state.curve, checkpoint_every, state.examples)
 
-    refuse_non_finite("no model was saved")
-    return TrainResult(
-        steps=step,
-        seconds=seconds,
-        curve=curve,
-        checkpoint_every=checkpoint_every,
-        examples=examples,
+
+def _attach(
+    optimizer: RowSparseOptimizer,
+    cfg: LoopConfig,
+    encoder: Encoder,
+    layer: OutputLayer,
+    loss: Loss,
+    *,
+    sparse: bool,
+    steps_per_epoch: int,
+    total: int,
+) -> None:
+    """Hand the optimiser what it trains: the layer's rows, the encoder's and the loss's dense
+    parameters (a loss may learn some too, e.g. a log-normaliser) and sparse input tables."""
+    dense = [*encoder.parameters(), *loss.parameters()]
+    optimizer.attach(
+        layer,
+        [p for p in dense if p.requires_grad],
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total,
+        sparse=sparse,
+        sparse_tables=[
+            m.weight
+            for m in encoder.modules()
+            if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)
+            and m.sparse
+            and m.weight.requires_grad
+        ],
+        owner=f"experiments.{cfg.experiment}.optimizer",
     )
+
+
+def _learn(
+    cfg: LoopConfig,
+    loss: Loss,
+    optimizer: RowSparseOptimizer,
+    batch: FullBatch | SampledBatch,
+    rows: Rows | None,
+    step: int,
+) -> float:
+    """The loss's value, its backward and the optimiser's step; a non-finite loss stops the
+    run before it touches a weight."""
+    value = loss(batch)
+    loss_value = value.item()
+    if not math.isfinite(loss_value):
+        raise TrainingDivergedError(
+            f"experiments.{cfg.experiment}: loss became {loss_value} at step {step + 1}; "
+            "lower optimizer.lr or check the inputs"
+        )
+    value.backward()
+    if rows is None:  # chunked: the layer's rows were updated chunk by chunk
+        optimizer.step_dense(step)
+    else:
+        optimizer.step(rows, step)
+    return loss_value
 
 
 def _chunk_width(
@@ -572,32 +368,6 @@ def _tf32(enabled: bool) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def _batch_inputs(
-    x_train: torch.Tensor,
-    idx: torch.Tensor,
-    world: World,
-    transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None,
-    augment_gen: torch.Generator,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The encoder's input rows of a step and the whole global batch's (the sampler's input).
-
-    One process: both are the batch. A sharded run encodes its own slice of the global batch;
-    augmentation is drawn for the whole batch (so a row gets the crop it gets in one process)
-    and sliced, and the sampler sees the whole batch, as every rank draws for all of it."""
-    if not world.sharded:
-        x = x_train.index_select(0, idx).to(device, non_blocking=True)
-        if transform is not None:
-            x = transform(x, augment_gen)
-        return x, x
-    whole = x_train.index_select(0, idx).to(device, non_blocking=True)
-    if transform is not None:
-        whole = transform(whole, augment_gen)
-        return whole.tensor_split(world.size)[world.rank], whole
-    mine = idx.tensor_split(world.size)[world.rank]
-    return x_train.index_select(0, mine).to(device, non_blocking=True), whole
-
-
 def _graph_samples(
     x_train: torch.Tensor,
     cfg: LoopConfig,
@@ -634,34 +404,6 @@ def _check_shardable(cfg: LoopConfig, loss: Loss, sampler: Sampler | None) -> No
             f"{where}.loss: {type(loss).__name__} cannot reduce over a label shard "
             "(Loss.shardable); run it in one process (train.distributed.nproc_per_node: 1)"
         )
-
-
-def _gathered(state: torch.Tensor, world: World) -> list[torch.Tensor]:
-    """Every process's ``state`` (a generator's), in rank order."""
-    if not world.sharded:
-        return [state]
-    every: list[Any] = [None] * world.size
-    torch.distributed.all_gather_object(every, state, group=world.group)
-    return every
-
-
-def _restore_rank_rng(state: dict[str, Any], world: World, seed: int, step: int) -> None:
-    """Put back this process's global generators (dropout's draws) as the checkpoint left
-    them; a run resumed with another number of processes has no such state for each rank,
-    so each seeds its own from (seed, step, rank) instead."""
-    saved, cuda = state["rng"], state["cuda_rng"]
-    if len(saved) == world.size:
-        torch.set_rng_state(saved[world.rank])
-        if cuda is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state(cuda[world.rank])
-        return
-    if world.rank == 0:
-        print(
-            f"train: the checkpoint was written by {len(saved)} process(es), this run has "
-            f"{world.size}: the global random streams (dropout) restart from (seed, step, rank)",
-            file=sys.stderr,
-        )
-    torch.manual_seed(hash((seed, step, world.rank)) & (2**63 - 1))
 
 
 def _dense_parameters(encoder: Encoder) -> bool:
