@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tailkit.plugins.losses import dro_lt, elm
-from tailkit.plugins.losses.dro_lt import dro_loss
-from tailkit.plugins.losses.elm import _BatchPull, _CompiledBatchPull, batch_pull, same_class_pairs
 from tailkit.plugins.losses.multilabel import compiled_masked_lse
+from tailkit.plugins.losses.prototypes import dro_loss
+from tailkit.plugins.losses.pull import BatchPull, CompiledBatchPull, batch_pull, same_class_pairs
 from tailkit.plugins.losses.pull_kernels import class_runs
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
@@ -40,10 +40,10 @@ def test_compiled_batch_pull_equals_the_torch_path(rows, classes) -> None:
     alpha = 3 * torch.rand(rows, generator=gen)
     weights = torch.rand(rows, generator=gen, dtype=torch.float64)
     x = z.clone().requires_grad_()
-    got = _CompiledBatchPull.apply(x, runs_of(labels), alpha)
+    got = CompiledBatchPull.apply(x, runs_of(labels), alpha)
     (weights.float() * got).sum().backward()
     x64 = z.double().requires_grad_()
-    want = _BatchPull.apply(x64, same_class_pairs(labels), alpha.double())
+    want = BatchPull.apply(x64, same_class_pairs(labels), alpha.double())
     (weights * want).sum().backward()
     assert x.grad is not None and x64.grad is not None
     torch.testing.assert_close(got.double(), want.detach(), rtol=1e-5, atol=1e-5)
@@ -64,9 +64,9 @@ def test_a_pair_with_a_subnormal_weight_is_skipped_without_changing_the_gradient
     labels = torch.tensor([0, 0, 0, 1, 1])
     alpha = torch.full((5,), 0.5)
     x = z.clone().requires_grad_()
-    _CompiledBatchPull.apply(x, runs_of(labels), alpha).sum().backward()
+    CompiledBatchPull.apply(x, runs_of(labels), alpha).sum().backward()
     x64 = z.double().requires_grad_()
-    _BatchPull.apply(x64, same_class_pairs(labels), alpha.double()).sum().backward()
+    BatchPull.apply(x64, same_class_pairs(labels), alpha.double()).sum().backward()
     assert x.grad is not None and x64.grad is not None
     a = z.double() - z.double().mean(dim=0)
     v = (a[:3, None] - a[None, :3]).square().sum(dim=2) - 0.5
@@ -97,7 +97,7 @@ def test_a_crowded_batch_takes_the_gemm_path_with_the_same_values() -> None:
     alpha = torch.full((64,), 4.0)
     crowded = batch_pull(z, labels, alpha)
     assert crowded.grad_fn is None or "Compiled" not in type(crowded.grad_fn).__name__
-    direct = _CompiledBatchPull.apply(z, runs_of(labels), alpha)
+    direct = CompiledBatchPull.apply(z, runs_of(labels), alpha)
     torch.testing.assert_close(crowded, direct, rtol=1e-5, atol=1e-5)
 
 

@@ -18,8 +18,10 @@ import torch
 
 from tailkit.components import Batch
 from tailkit.errors import InvalidParameterError
-from tailkit.plugins.losses.dro_lt import DROLT, dro_loss
-from tailkit.plugins.losses.elm import ELM, pull_terms
+from tailkit.plugins.losses.dro_lt import DROLT
+from tailkit.plugins.losses.elm import ELM
+from tailkit.plugins.losses.prototypes import dro_loss
+from tailkit.plugins.losses.pull import pull_terms
 from tailkit.testing import check_loss, check_options
 from tailkit.testing.batches import full_batch
 from tailkit.validation import validate_options

@@ -14,10 +14,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tailkit.plugins.losses.cast_tables import table_like
-from tailkit.plugins.losses.dro_lt import _BatchPrototypeDRO, dro_loss
-from tailkit.plugins.losses.elm import _BatchPull, _MemoryPull, pull_terms, same_class_pairs
 from tailkit.plugins.losses.fused_binary import binary_row_losses
 from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy, compiled_path
+from tailkit.plugins.losses.prototypes import BatchPrototypeDRO, dro_loss
+from tailkit.plugins.losses.pull import BatchPull, MemoryPull, pull_terms, same_class_pairs
 
 
 def random_case(seed: int, rows: int = 5, classes: int = 7, scale: float = 4.0):
@@ -421,7 +421,7 @@ def memory_case(seed: int, rows: int = 6, slots: int = 4, dim: int = 3):
 def test_memory_pull_matches_pull_terms(seed) -> None:
     z, positives, valid, alpha = memory_case(seed)
     weights = torch.rand(z.shape[0], dtype=torch.float64)
-    got = _MemoryPull.apply(z, positives.clone(), valid, alpha)
+    got = MemoryPull.apply(z, positives.clone(), valid, alpha)
     (got_grad,) = torch.autograd.grad((weights * got).sum(), z)
     want = pull_terms(z, positives, valid, alpha)
     (want_grad,) = torch.autograd.grad((weights * want).sum(), z)
@@ -433,7 +433,7 @@ def test_memory_pull_matches_pull_terms(seed) -> None:
 def test_memory_pull_gradcheck() -> None:
     z, positives, valid, alpha = memory_case(3)
     assert torch.autograd.gradcheck(
-        lambda x: _MemoryPull.apply(x, positives.clone(), valid, alpha), (z,)
+        lambda x: MemoryPull.apply(x, positives.clone(), valid, alpha), (z,)
     )
 
 
@@ -455,7 +455,7 @@ def test_batch_pull_matches_pull_terms(seed) -> None:
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 1, 0])
     alpha = torch.rand(9, generator=gen, dtype=torch.float64) * 3
     weights = torch.rand(9, dtype=torch.float64)
-    got = _BatchPull.apply(z, same_class_pairs(labels), alpha)
+    got = BatchPull.apply(z, same_class_pairs(labels), alpha)
     (got_grad,) = torch.autograd.grad((weights * got).sum(), z)
     valid = (labels.unsqueeze(0) == labels.unsqueeze(1)) & ~torch.eye(9, dtype=torch.bool)
     want = pull_terms(z, z, valid, alpha)
@@ -463,7 +463,7 @@ def test_batch_pull_matches_pull_terms(seed) -> None:
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(
-        lambda x: _BatchPull.apply(x, same_class_pairs(labels), alpha), (z,)
+        lambda x: BatchPull.apply(x, same_class_pairs(labels), alpha), (z,)
     )
 
 
@@ -483,7 +483,7 @@ def dro_case(seed: int, coincide: bool = False):
 @pytest.mark.parametrize("coincide", [False, True])
 def test_batch_prototype_dro_matches_dro_loss(temperature, coincide) -> None:
     z, labels, classes, owner, prototypes, epsilon = dro_case(0, coincide)
-    got = _BatchPrototypeDRO.apply(z, labels, prototypes, owner, epsilon, temperature)
+    got = BatchPrototypeDRO.apply(z, labels, prototypes, owner, epsilon, temperature)
     got_grads = torch.autograd.grad(got, (z, epsilon))
     want = dro_loss(z, labels, prototypes, classes, epsilon, temperature)
     want_grads = torch.autograd.grad(want, (z, epsilon))
@@ -495,5 +495,5 @@ def test_batch_prototype_dro_matches_dro_loss(temperature, coincide) -> None:
 def test_batch_prototype_dro_gradcheck() -> None:
     z, labels, _, owner, prototypes, epsilon = dro_case(1)
     assert torch.autograd.gradcheck(
-        lambda x, e: _BatchPrototypeDRO.apply(x, labels, prototypes, owner, e, 0.5), (z, epsilon)
+        lambda x, e: BatchPrototypeDRO.apply(x, labels, prototypes, owner, e, 0.5), (z, epsilon)
     )

@@ -8,7 +8,7 @@ a 2-core CPU: 3–4 ms where CE's own loss takes 3, which put DRO-LT at 1.1–1.
 update are one serial pass over the batch, and each (K, B) pass is one parallel sweep over
 the prototypes.
 
-The computation is :class:`tailkit.plugins.losses.dro_lt._BatchPrototypeDRO`'s: with μ_k the
+The computation is :class:`tailkit.plugins.losses.prototypes.BatchPrototypeDRO`'s: with μ_k the
 prototype of the batch's k-th class, D_ki = ‖μ_k − z_i‖ (the cross term from a GEMM on points
 centred on the prototypes' mean, each sample's own prototype again from direct differences,
 exact at 0), s_ki = −(D_ki + [k = k(i)] ε_{y_i})/T, lse_k = log Σ_i e^(s_ki), and

@@ -10,7 +10,7 @@ the softmax weights P of a run kept as an n × n block.
 
 Per anchor i with partners j (same class, j ≠ i), on the embeddings a = z themselves (the
 torch path centres them, a = z − mean(z), against the cancellation of its Gram form; the
-differences here need no centre), as in :func:`tailkit.plugins.losses.elm.pull_terms`:
+differences here need no centre), as in :func:`tailkit.plugins.losses.pull.pull_terms`:
 
     v_ij = ‖a_i − a_j‖² − α_i,  Ω_i = log(1 + Σ_j e^(v_ij)),  P_ij = e^(v_ij − Ω_i),
     ∂(Σ_i g_i Ω_i)/∂a_i = 2 Σ_j (g_i P_ij + g_j P_ji)(a_i − a_j).
@@ -217,7 +217,7 @@ def memory_pull(z, labels, memory, filled, alpha, omega, jacobian):
 def memory_write(z, labels, memory, written):
     """Write each row of ``z`` (B, d) into its class's ring of ``memory`` (C, M, d) in row order:
     row i of class c goes to slot written[c] mod M, then written[c] += 1, so a class with more
-    than M rows in the batch keeps its last M (as :func:`tailkit.plugins.losses.elm.ring_slots`
+    than M rows in the batch keeps its last M (as :func:`tailkit.plugins.losses.pull.ring_slots`
     places them)."""
     size = memory.shape[1]
     for i in range(z.shape[0]):
