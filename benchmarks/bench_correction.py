@@ -21,7 +21,7 @@ fresh (rows × chunk) block of scores is then reused, not faulted in anew.
 
 The tree has random weights in the shape a fit gives it (tailkit.testing.trees, fitted_shape):
 its evaluation cost depends on C and k only, and on that shape, since the kernel skips the
-one-label nodes of the last level a fit leaves (tree_kernels.kernel_layout). Before
+one-label nodes of the last level a fit leaves (tree/correction_kernels.kernel_layout). Before
 2026-11-28 the bench put labels on random leaves instead, which made the tree cost ~25 % more
 at C = 10^4 and 10^5 than a fitted one.
 Timings on shared machines move by ±40 %: read the ratios, which come from the same run.

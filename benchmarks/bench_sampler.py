@@ -39,7 +39,7 @@ import torch
 
 from tailkit.native.restart import restart_with_settled_environment
 from tailkit.plugins.samplers.tree import TreeSampler
-from tailkit.plugins.samplers.tree_fit import tree_depth
+from tailkit.plugins.samplers.tree.fit import tree_depth
 from tailkit.registry import make_registry
 from tailkit.testing.batches import sampled_batch
 from tailkit.training.optim import RowSparseAdagrad

@@ -50,6 +50,8 @@ MOVED = {
         "parallel_repro": "pipeline.parallel_repro",
         "stage_address": "pipeline.stage_address",
         "finite": "pipeline.finite",
+        "plugins.samplers.tree_fit": "plugins.samplers.tree.fit",
+        "plugins.samplers.pca": "plugins.samplers.tree.pca",
     }.items()
 }
 

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).parents[1] / "tailkit"
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_every_old_name_is_the_new_module(old):
     new = importlib.import_module(MOVED[old])
-    assert not (PACKAGE / f"{old.removeprefix('tailkit.')}.py").exists()
+    assert not (PACKAGE / f"{old.removeprefix('tailkit.').replace('.', '/')}.py").exists()
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=f"{old} moved to {MOVED[old]}"):
         assert importlib.import_module(old) is new

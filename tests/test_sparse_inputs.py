@@ -18,8 +18,8 @@ from tailkit.plugins.featurizers.tfidf import Tfidf
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.sparse import SPARSE_GRAD_COLUMNS, SparseLinear, SparseMLP
-from tailkit.plugins.samplers.pca import WhitenedPCA
 from tailkit.plugins.samplers.tree import TreeSampler
+from tailkit.plugins.samplers.tree.pca import WhitenedPCA
 from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.sparse import SparseRows, check_rows
 from tailkit.storage.feature_cache import read_features, write_features

@@ -159,11 +159,11 @@ def _reversed_bits(value: int, bits: int) -> int:
 
 
 def test_kernel_layout_places_every_node_where_the_kernels_read_it() -> None:
-    """tree_kernels.kernel_layout against its definition, node by node: level L starts at
+    """correction_kernels.kernel_layout against its definition, node by node: level L starts at
     2^L; a top level holds node i of the level at the bit-reversal of i; a bottom level holds
     each subtree's nodes in turn, each at the bit-reversal of its index within the subtree.
     Depth 14 with 12-level subtrees: a 2-level top tree over 4 subtrees."""
-    from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH, kernel_layout
+    from tailkit.plugins.samplers.tree.correction_kernels import SUBTREE_DEPTH, kernel_layout
 
     depth, num_classes = 14, 9_000
     sub, top = SUBTREE_DEPTH, 14 - SUBTREE_DEPTH
@@ -260,12 +260,16 @@ def test_the_cpu_chunk_cap_moves_only_the_log_partition(monkeypatch, corrected) 
 
 
 def _leaves_of_every_subtree(sampler, x, pass_through=True, threads=None):
-    """tree_kernels.subtree_leaves over all labels, in leaf order (B, C), with the sampler's
+    """correction_kernels.subtree_leaves over all labels, in leaf order (B, C), with the sampler's
     kernel layout, or with one that computes every node of the last level, as the kernel did
     before it skipped any (``pass_through=False``)."""
     import numba
 
-    from tailkit.plugins.samplers.tree_kernels import kernel_layout, subtree_leaves, subtree_roots
+    from tailkit.plugins.samplers.tree.correction_kernels import (
+        kernel_layout,
+        subtree_leaves,
+        subtree_roots,
+    )
 
     t = sampler._kernel_tables()
     if not pass_through:
@@ -329,7 +333,7 @@ def test_pass_through_nodes_give_the_bits_of_the_whole_last_level(num_classes, s
     the one-label nodes (their log σ from kernel_layout, not a clamped constant); and for
     labels on random leaves with such nodes anywhere, some inside the range the kernel
     computes (computed there as any node)."""
-    from tailkit.plugins.samplers.tree_kernels import SUBTREE_DEPTH
+    from tailkit.plugins.samplers.tree.correction_kernels import SUBTREE_DEPTH
 
     fitted = shape != "scattered"
     sampler = random_tree(num_classes, 6, k=4, seed=num_classes, fitted_shape=fitted)
@@ -357,7 +361,7 @@ def test_pass_through_nodes_give_the_bits_of_the_whole_last_level(num_classes, s
 
 
 def test_a_fitted_tree_has_its_one_label_nodes_where_the_kernel_skips_them() -> None:
-    """tree_fit's own trees: a one-label node has w = 0 exactly, and the two-label nodes of
+    """The fit's own trees: a one-label node has w = 0 exactly, and the two-label nodes of
     the last level are one run at the end of each subtree's part of it, so the kernel skips
     every other node; the result is what the whole level gives, bit for bit."""
     from tailkit.plugins.samplers.tree import TreeSampler

@@ -19,9 +19,9 @@ import torch
 from scipy.stats import chisquare
 
 from tailkit.pipeline.parallel_repro import THREAD_VARIABLES
-from tailkit.plugins.samplers.pca import WhitenedPCA
 from tailkit.plugins.samplers.tree import TreeSampler
-from tailkit.plugins.samplers.tree_fit import fit_tree, newton_fit, tree_depth
+from tailkit.plugins.samplers.tree.fit import fit_tree, newton_fit, tree_depth
+from tailkit.plugins.samplers.tree.pca import WhitenedPCA
 from tailkit.testing import check_sampler
 
 C = 13  # not a power of two: 16 leaves, 3 of them padding
@@ -387,7 +387,7 @@ _PCA_IN_A_FRESH_PROCESS = """
 import hashlib
 import numpy as np
 import scipy.sparse as sp
-from tailkit.plugins.samplers.pca import WhitenedPCA
+from tailkit.plugins.samplers.tree.pca import WhitenedPCA
 
 rng = np.random.default_rng(3)
 x = sp.random(4000, 60000, density=4e-4, format="csr", random_state=rng)
@@ -460,7 +460,7 @@ def test_whitening_gives_a_row_the_same_bits_in_any_block() -> None:
     """whiten_rows sums each of a row's k outputs over the inputs in order, the k sums side by
     side: a row's whitened values, and so its tree log-probabilities, do not depend on the
     rows it comes with."""
-    from tailkit.plugins.samplers.tree_kernels import whiten_rows
+    from tailkit.plugins.samplers.tree.draw_kernels import whiten_rows
 
     rng = np.random.default_rng(5)
     rows, dim, k = 40, 300, 16

@@ -4,7 +4,7 @@ Why hand-written: numba calls libm for ``np.exp`` and ``np.log1p``, one element 
 loop over a (B, C) array with a transcendental per entry runs at libm's scalar speed; written in
 plain arithmetic (a polynomial and a scaling), LLVM packs 4 float64 or 8 float32 lanes. The
 kernels of prediction (evaluation/chunk_kernels.py), the label tree (plugins/samplers/
-tree_kernels.py) and the full-softmax and one-vs-all losses (plugins/losses/*_kernels.py)
+tree/*_kernels.py) and the full-softmax and one-vs-all losses (plugins/losses/*_kernels.py)
 inline these.
 
 numba's on-disk cache is keyed on each kernel module's own source, so a kernel would not notice

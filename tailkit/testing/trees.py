@@ -2,7 +2,7 @@
 
 Fitting a tree on 10^6 labels takes minutes; a tree with random node weights exercises the same
 evaluation paths in milliseconds. Two shapes: the labels on a random subset of the leaves
-(padding anywhere), or where a fit puts them (``fitted_shape``): tree_fit's balanced splits
+(padding anywhere), or where a fit puts them (``fitted_shape``): tree/fit.py's balanced splits
 send ⌈c/2⌉ of a node's c labels right, so every padding leaf sits beside one label under a
 node of the last level, and such a one-label node routes right with w = 0, b = +1000.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from tailkit.plugins.samplers.tree import TreeSampler
-from tailkit.plugins.samplers.tree_fit import ROUTE_RIGHT, tree_depth
+from tailkit.plugins.samplers.tree.fit import ROUTE_RIGHT, tree_depth
 
 
 def _balanced_counts(num_classes: int, depth: int) -> list[torch.Tensor]:

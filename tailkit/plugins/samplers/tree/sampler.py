@@ -4,7 +4,7 @@ p_n(y|x) is a balanced binary decision tree fitted on whitened PCA features (k =
 walks from the root to a leaf, going right at node ν with probability σ(w_ν·x̃ + b_ν), so a
 draw and its exact log-probability cost O(k log C). Negatives drawn from it are hard (likely
 under the data), and the main model's scores ξ_y(x) + log p_n(y|x) are unbiased at prediction
-(the negative-sampling loss adds it). See tree_fit.py for the fit and its two split rules.
+(the negative-sampling loss adds it). See fit.py for the fit and its two split rules.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tailkit.sparse import SparseRows
 from tailkit.validation import Constraint, Interval
 
 if TYPE_CHECKING:
-    from tailkit.plugins.samplers.tree_kernels import KernelLayout
+    from tailkit.plugins.samplers.tree.correction_kernels import KernelLayout
 
 # numba and scikit-learn (~2 s of imports) are imported where they are used, not here: every
 # `tailkit` command registers this sampler, and most never fit or draw from a tree.
@@ -48,7 +48,7 @@ class _SubtreeColumns(CorrectionColumns):
     """The CPU path of :meth:`TreeSampler.correction_columns`."""
 
     def __init__(self, sampler: TreeSampler, xt: torch.Tensor) -> None:
-        from tailkit.plugins.samplers.tree_kernels import subtree_roots
+        from tailkit.plugins.samplers.tree.correction_kernels import subtree_roots
 
         self.sampler, self.xt = sampler, xt.numpy()
         t = sampler._kernel_tables()
@@ -71,7 +71,7 @@ class _SubtreeColumns(CorrectionColumns):
     def _expand(self, start: int, stop: int, plus: np.ndarray | None) -> torch.Tensor:
         import numba
 
-        from tailkit.plugins.samplers.tree_kernels import subtree_leaves
+        from tailkit.plugins.samplers.tree.correction_kernels import subtree_leaves
 
         s = self.sampler
         t = s._kernel_tables()
@@ -169,8 +169,8 @@ class TreeSampler(OrderedCorrection, Sampler):
             raise ValueError("the tree sampler needs at least one training row")
         if y.min() < 0 or y.max() >= num_classes:
             raise ValueError(f"labels must lie in [0, {num_classes}); got values outside it")
-        from tailkit.plugins.samplers.pca import WhitenedPCA
-        from tailkit.plugins.samplers.tree_fit import fit_tree
+        from tailkit.plugins.samplers.tree.fit import fit_tree
+        from tailkit.plugins.samplers.tree.pca import WhitenedPCA
 
         start = time.perf_counter()
         pca = WhitenedPCA(self.k).fit(x)
@@ -265,7 +265,7 @@ class TreeSampler(OrderedCorrection, Sampler):
                 self._shift = self._mapped_mean(mean, t)
             return (x.to(t.device).matmul(t) - self._shift).contiguous()
         if mean.device.type == "cpu":
-            from tailkit.plugins.samplers.tree_kernels import whiten_rows
+            from tailkit.plugins.samplers.tree.draw_kernels import whiten_rows
 
             out = np.empty((x.shape[0], t.shape[1]), dtype=np.float32)
             whiten_rows(x.to(mean).contiguous().numpy(), mean.numpy(), t.numpy(), out)
@@ -287,7 +287,7 @@ class TreeSampler(OrderedCorrection, Sampler):
         with the thread count (1 and 2 threads gave different model bytes)."""
         if mean.device.type != "cpu":
             return mean @ t
-        from tailkit.plugins.samplers.tree_kernels import whiten_rows
+        from tailkit.plugins.samplers.tree.draw_kernels import whiten_rows
 
         out = np.empty((1, t.shape[1]), dtype=np.float32)
         m = mean.contiguous().numpy()
@@ -305,7 +305,7 @@ class TreeSampler(OrderedCorrection, Sampler):
         """``m`` i.i.d. labels from p_n(·|x) per row: ids (B, m) and their exact log p_n."""
         xt = self.whiten(x)
         if self._on_cpu():
-            from tailkit.plugins.samplers.tree_kernels import sample_paths
+            from tailkit.plugins.samplers.tree.draw_kernels import sample_paths
 
             seed = int(torch.randint(2**62, (1,), generator=generator))
             ids = np.empty((xt.shape[0], m), dtype=np.int64)
@@ -357,7 +357,7 @@ class TreeSampler(OrderedCorrection, Sampler):
         xt = self.whiten(x)
         leaf = leaf.reshape(1 if labels.dim() == 1 else rows, n)
         if self._on_cpu():
-            from tailkit.plugins.samplers.tree_kernels import path_log_prob
+            from tailkit.plugins.samplers.tree.draw_kernels import path_log_prob
 
             out = np.empty((rows, n), dtype=np.float32)
             path_log_prob(
@@ -436,7 +436,7 @@ class TreeSampler(OrderedCorrection, Sampler):
 
         On the CPU the top levels are expanded once here (``subtree_roots``) and each
         ``columns(start, stop)`` expands the bottom subtrees under those columns while their
-        weights sit in cache (``subtree_leaves``, tree_kernels.py): memory per row is the
+        weights sit in cache (``subtree_leaves``, correction_kernels.py): memory per row is the
         subtree roots, not C. Elsewhere (CUDA) the whole table is built level by level as
         batched torch ops, in row blocks whose temporaries stay under the dense budget.
         ``leaf_columns`` counts the (row, label) values computed: C per row when every column
@@ -460,9 +460,9 @@ class TreeSampler(OrderedCorrection, Sampler):
         return self.leaf_columns / max(self.num_classes, 1)
 
     def _kernel_tables(self) -> KernelLayout:
-        """The CPU all-leaves kernels' tables (tree_kernels.kernel_layout), built once per tree."""
+        """The CPU all-leaves kernels' tables (correction_kernels.kernel_layout), built once per tree."""
         if self._kernel is None:
-            from tailkit.plugins.samplers.tree_kernels import kernel_layout
+            from tailkit.plugins.samplers.tree.correction_kernels import kernel_layout
 
             self._kernel = kernel_layout(
                 self._table("weight").numpy(),
@@ -521,7 +521,7 @@ class TreeSampler(OrderedCorrection, Sampler):
             )
             if mismatch:
                 raise ValueError(f"tree sampler state: {key} has shape {got}, expected {shape}")
-        from tailkit.plugins.samplers.tree_fit import tree_depth  # numba: see the imports
+        from tailkit.plugins.samplers.tree.fit import tree_depth  # numba: see the imports
 
         if depth != tree_depth(c):
             raise ValueError(f"tree sampler state: depth {depth} does not fit {c} labels")
