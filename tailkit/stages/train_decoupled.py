@@ -23,6 +23,7 @@ from tailkit.evaluation.embeddings import embed
 from tailkit.native.device import resolve_device
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout
+from tailkit.pipeline.codehash import experiment_code
 from tailkit.pipeline.experiment import (
     build_objective,
     check_labels,
@@ -102,6 +103,7 @@ def run(
         params,
         registry,
         experiment,
+        code=experiment_code(params, registry, experiment)["sha256"],
         num_classes=start.info["num_classes"],
         in_dim=start.info["in_dim"],
         steps=outcome.steps,

@@ -15,6 +15,7 @@ import torch
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import LEARNER_FILES, MODEL_INFO
+from tailkit.pipeline.codehash import experiment_code
 from tailkit.pipeline.experiment import build_model, check_components, feature_dir
 from tailkit.registry import Registry
 from tailkit.storage.atomic import atomic_dir, write_json
@@ -61,6 +62,7 @@ def fit_learner(
             params,
             registry,
             experiment,
+            code=experiment_code(params, registry, experiment)["sha256"],
             num_classes=meta["num_classes"],
             in_dim=meta["dim"],
             steps=None,

@@ -211,9 +211,16 @@ def train(
     width = _chunk_width(cfg, layer, loss, sampler)
     matmul = _matmul(cfg, device, width)
     scoring = StepScoring(
-        layer, sampler, optimizer, ctx.log_prior, cfg.negatives, generators[0], width,
-        matmul == "bf16", world,
-    )  # fmt: skip
+        layer=layer,
+        sampler=sampler,
+        optimizer=optimizer,
+        log_prior=ctx.log_prior,
+        negatives=cfg.negatives,
+        sample_gen=generators[0],
+        chunk_width=width,
+        bf16=matmul == "bf16",
+        world=world,
+    )
     transform = getattr(encoder, "train_transform", None)
     state = LoopState()
     if checkpoint is not None:  # this process's rows of the layer and the optimiser's state

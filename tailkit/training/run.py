@@ -155,14 +155,18 @@ def train_experiment(
         params,
         registry,
         experiment,
+        code=code,
         num_classes=meta["num_classes"],
         in_dim=meta["dim"],
         steps=result.steps,
         validation=schedule.as_dict(),  # which validation rows and steps the curve used
         checkpoint_every=result.checkpoint_every,
     )
-    weights = {"layer": layer.state_dict(), "encoder": encoder.state_dict()}
-    weights["loss"] = loss.state_dict()
+    weights = {
+        "layer": layer.state_dict(),
+        "encoder": encoder.state_dict(),
+        "loss": loss.state_dict(),
+    }
     save_run(layout, experiment, curve=result.curve, timing=timing, weights=weights, info=info)
     checkpoint.clear()
     return timing

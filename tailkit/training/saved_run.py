@@ -14,7 +14,6 @@ from typing import Any
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import save_model
-from tailkit.pipeline.codehash import experiment_code
 from tailkit.pipeline.experiment import provenance
 from tailkit.registry import Registry
 from tailkit.storage.atomic import atomic_dir, atomic_path, write_json
@@ -26,20 +25,23 @@ def run_info(
     registry: Registry,
     experiment: str,
     *,
+    code: str,
     num_classes: int,
     in_dim: int,
     steps: int | None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """``model.json``: the run's name, settings, code and components, and ``extra`` (how its
-    validation ran, a decoupled run's first stage, a tool's determinism)."""
+    """``model.json``: the run's name, settings, code (the hash of its loss, model and sampler:
+    :func:`~tailkit.pipeline.codehash.experiment_code`, which the trainer has already computed
+    for its checkpoint) and components, and ``extra`` (how its validation ran, a decoupled run's
+    first stage, a tool's determinism)."""
     settings = params.resolved(experiment)
     return {
         "experiment": experiment,
         "settings": settings,
         # the code of its loss, model and sampler: evaluate refuses a model whose code has
         # moved on (pipeline/artifacts.py check_made_for)
-        "code": experiment_code(params, registry, experiment)["sha256"],
+        "code": code,
         "num_classes": num_classes,
         "in_dim": in_dim,
         "steps": steps,  # None: one fit by a tool, not steps of tailkit's loop
