@@ -13,6 +13,9 @@ known exactly. Each replicate draws an independent test set of ``--rows`` rows a
 - **Coverage** of the 95 % intervals evaluate writes (tailkit/evaluation/intervals.py): the
   share of replicates whose interval holds the true value, for accuracy, balanced accuracy
   and the few group (goal: 93–97 %).
+- **Coverage in the tail**: the same with ``--tail-labels`` labels (100,000: the training
+  counts reach 1 by rank 4,000, so most labels hold zero, one or two test rows, as at 10^6
+  labels), where the means over labels rest on one-row labels.
 - **False discoveries on A/A pairs**: two runs of the same model whose errors agree on most
   rows (each row's outcome shared with probability 0.9, as two training seeds agree), compared
   by ``tailkit compare``'s tests (tailkit/reporting/compare_tests.py) at q = 0.05. No change is
@@ -56,13 +59,13 @@ PLANT_GAIN = 0.05
 class Truth:
     """The synthetic model: label frequencies, training counts and per-label recall."""
 
-    def __init__(self, plant_bin: int, seed: int = 0) -> None:
+    def __init__(self, plant_bin: int, seed: int = 0, labels: int = LABELS) -> None:
         rng = np.random.default_rng(seed)
-        rank = np.arange(1, LABELS + 1)
+        rank = np.arange(1, labels + 1)
         self.counts = np.maximum(1, np.round(20000 / rank**1.2)).astype(np.int64)
         test_weight = self.counts + 4.0  # the test split a little flatter than training
         self.p = test_weight / test_weight.sum()
-        recall = 0.45 + 0.05 * np.log2(self.counts) + rng.normal(0, 0.03, LABELS)
+        recall = 0.45 + 0.05 * np.log2(self.counts) + rng.normal(0, 0.03, labels)
         self.recall = np.clip(recall, 0.05, 0.95)
         few = self.counts < DEFAULT_GROUPS.few_below
         self.true = {
@@ -76,10 +79,12 @@ class Truth:
         self.planted = rng.choice(in_bin, size=chosen, replace=False)
 
 
-def _ranked(truth_labels: np.ndarray, right: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    wrong = (truth_labels + 1 + rng.integers(0, LABELS - 1, truth_labels.shape[0])) % LABELS
+def _ranked(
+    truth_labels: np.ndarray, right: np.ndarray, rng: np.random.Generator, labels: int = LABELS
+) -> np.ndarray:
+    wrong = (truth_labels + 1 + rng.integers(0, labels - 1, truth_labels.shape[0])) % labels
     top = np.where(right, truth_labels, wrong)
-    return np.stack([(top + j) % LABELS for j in range(5)], axis=1)
+    return np.stack([(top + j) % labels for j in range(5)], axis=1)
 
 
 def _outcomes(name: str, labels: np.ndarray, ranked: np.ndarray) -> Outcomes:
@@ -103,20 +108,31 @@ def _side(name: str, truth: Truth, labels: np.ndarray, ranked: np.ndarray) -> Si
 
 
 def coverage(truth: Truth, replicates: int, rows: int, seed: int) -> dict[str, float]:
+    """The share of replicates whose intervals hold the true values; for the means over
+    labels the truth is over the labels the replicate's test rows hold (what the interval,
+    given the test rows' labels, claims), the same as over all labels when every label has
+    a row."""
     rng = np.random.default_rng(seed)
     held = {name: 0 for name in truth.true}
     q = inverse_propensity(truth.counts, int(truth.counts.sum()))
+    few = truth.counts < DEFAULT_GROUPS.few_below
     for _ in range(replicates):
-        labels = rng.choice(LABELS, size=rows, p=truth.p)
+        labels = rng.choice(truth.counts.shape[0], size=rows, p=truth.p)
         right = rng.random(rows) < truth.recall[labels]
-        ranked = _ranked(labels, right, rng)
+        ranked = _ranked(labels, right, rng, truth.counts.shape[0])
         metrics = metric_set(
             ranked, None, None, (np.arange(rows + 1), labels), True, truth.counts, q,
             DEFAULT_GROUPS, None,
         )  # fmt: skip
         metrics.named = {k: v for k, v in metrics.named.items() if k in truth.true}
         found = Resampler(rows).intervals(metrics)
-        for name, value in truth.true.items():
+        present = np.bincount(labels, minlength=truth.counts.shape[0]) > 0
+        values = {
+            "accuracy": truth.true["accuracy"],
+            "balanced_accuracy": float(truth.recall[present].mean()),
+            "few": float(truth.recall[present & few].mean()),
+        }
+        for name, value in values.items():
             interval = found[name]
             held[name] += interval is not None and interval[0] <= value <= interval[1]
     return {name: count / replicates for name, count in held.items()}
@@ -207,7 +223,10 @@ def main() -> None:
     parser.add_argument("--replicates", type=int, default=200)
     parser.add_argument("--rows", type=int, default=50000)
     parser.add_argument("--plant-bin", type=int, default=256, help="lower end of the octave")
-    parser.add_argument("--sections", default="coverage,aa,power", help="of coverage,aa,power")
+    parser.add_argument(
+        "--sections", default="coverage,tail,aa,power", help="of coverage,tail,aa,power"
+    )
+    parser.add_argument("--tail-labels", type=int, default=100_000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     truth = Truth(args.plant_bin)
@@ -220,6 +239,10 @@ def main() -> None:
     )
     sections = {
         "coverage": ("coverage of 95 % intervals", lambda: coverage(truth, n, rows, 1)),
+        "tail": (
+            f"coverage of 95 % intervals, {args.tail_labels:,} labels (most with 0–2 test rows)",
+            lambda: coverage(Truth(args.plant_bin, labels=args.tail_labels), n, rows, 4),
+        ),
         "aa": ("A/A pairs", lambda: tests(truth, n, rows, 2, plant=False)),
         "power": ("planted +5 points", lambda: tests(truth, n, rows, 3, plant=True)),
     }

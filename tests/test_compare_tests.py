@@ -161,15 +161,17 @@ def test_a_bin_of_one_label_is_tested_on_its_rows_not_given_a_zero_width_interva
     assert found["change_high"] - found["change_low"] > 0.02 and found["p"] > 0.05
 
 
-def test_a_label_whose_every_row_changed_one_way_is_resampled_without_error():
-    """Every row of the label right for A only: the second binomial's rate is down/(rows − up)
-    = 1 exactly (as 1 − up/rows in floats it once rounded past 1 and numpy refused)."""
-    from tailkit.reporting.label_bootstrap import resampled_means
+def test_a_label_whose_every_row_changed_one_way_is_a_certain_change_within_bounds():
+    """Every row of the label right for A only: the change is −1, every resample's too (its
+    rows' changes all equal their mean), and the clipped resampled values stay within ±1."""
+    from tailkit.reporting.compare_tests import PairHits, key_tests
 
-    rows = np.array([3, 7, 10, 49])
-    means = resampled_means(rows, np.zeros(4, dtype=np.int64), rows, stream=0)
-    assert np.all(means == -1.0)
-    # up/down pairs whose rate in floats was 1.0000000000000002: (5, 4), (6, 5), (10, 8), (11, 2)
-    rows, up = np.array([5, 6, 10, 11]), np.array([4, 5, 8, 2])
-    means = resampled_means(rows, up, rows - up, stream=1)
-    assert np.all((means >= -1) & (means <= 1)) and not np.isnan(means).any()
+    rows = 40
+    labels = np.repeat(np.arange(4), 10)
+    a = np.ones(rows, dtype=bool)
+    b = labels >= 1  # label 0: lost on every row; labels 1–3: right for both
+    pairs = PairHits(labels, np.arange(rows), a, b, rows)
+    found = key_tests(pairs, {"lost": np.arange(4) == 0, "all": np.ones(4, dtype=bool)})
+    lost, every = found.row(0, named=True), found.row(1, named=True)
+    assert lost["change_low"] == lost["change_high"] == -1.0 and lost["p"] < 0.01
+    assert every["change_low"] == every["change_high"] == -0.25

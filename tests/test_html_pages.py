@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from browser import check_study_page, open_page
 
-from tailkit.evaluation.intervals import RESAMPLES, SEED
+from tailkit.evaluation import intervals
 from tailkit.evaluation.per_class import frequency_bin
 from tailkit.reporting.bands import bin_bands
 from tailkit.reporting.compare import compare
@@ -53,36 +53,46 @@ def test_a_page_is_one_file_with_its_data_inline_and_no_address_to_fetch():
     assert not re.search(r"\b(src|href)\s*=|@import|url\(|fetch\(|XMLHttpRequest", page)
 
 
-def test_bin_bands_are_the_percentiles_of_a_direct_two_stage_bootstrap():
+def test_bin_bands_are_the_percentiles_of_the_label_held_linear_bootstrap():
     made = generated_comparison(labels=60, rows=3000, seed=4)
     first = made.outcomes[0]
     counts = made.sides[0].frame["train_count"].to_numpy()
     bands = bin_bands({"a": first}, counts, depth=1)["a"]
-    # each label's rows and hits counted with numpy, then the same two-stage draws (Philox, a
-    # stream per bin, blocks of 50: labels with replacement, then each drawn label's rows as a
-    # binomial of its hit rate) averaged, and their percentiles taken
-    truth, hit = made.truth, first.ranked[:, 0] == made.truth
+    # the same Poisson counts, each bin's value moved by the resample's mean of per-row
+    # residuals built label by label here: hit − the label's rate, times √(n/(n − 1)), over
+    # (labels in the bin × the label's rows); one-row labels against their common rate
+    truth, hit = made.truth, (first.ranked[:, 0] == made.truth).astype(float)
+    n = truth.shape[0]
     present = np.unique(truth)
-    rows = np.array([np.count_nonzero(truth == j) for j in present])
-    hits = np.array([np.count_nonzero(hit[truth == j]) for j in present])
     bins = frequency_bin(counts[present], 4)
+    draws = np.concatenate(
+        [sums.counts_t for sums in intervals.Resampler(n).blocks()], axis=1
+    )  # (rows, resamples)
     assert set(bands) == {int(b) for b in np.unique(bins)}
     for b, (low, high) in bands.items():
-        n_l, h_l = rows[bins == b], hits[bins == b]
-        means = []
-        for start in range(0, RESAMPLES, 50):
-            rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([SEED, b, start])))
-            drawn = rng.integers(0, n_l.size, size=(min(50, RESAMPLES - start), n_l.size))
-            plus = rng.binomial(n_l[drawn], h_l[drawn] / n_l[drawn])
-            rng.binomial(n_l[drawn] - plus, np.zeros(drawn.shape))  # no −1 rows in a recall
-            means.extend((plus / n_l[drawn]).mean(axis=1))
-        np.testing.assert_allclose([low, high], np.quantile(means, [0.025, 0.975]), rtol=1e-12)
-        assert low <= (h_l / n_l).mean() <= high
+        members = present[bins == b]
+        single = [j for j in members if np.count_nonzero(truth == j) == 1]
+        pooled = np.mean([hit[truth == j][0] for j in single]) if single else 0.0
+        residual = np.zeros(n)
+        for j in members:
+            where = np.flatnonzero(truth == j)
+            if where.size > 1:
+                scale = np.sqrt(where.size / (where.size - 1))
+                residual[where] = scale * (hit[where] - hit[where].mean())
+            elif len(single) > 1:
+                residual[where] = np.sqrt(len(single) / (len(single) - 1)) * (hit[where] - pooled)
+            else:
+                residual[where] = hit[where] - 0.5
+            residual[where] /= members.size * where.size
+        value = np.mean([hit[truth == j].mean() for j in members])
+        moved = np.clip(value + n * (residual @ draws) / draws.sum(axis=0), 0.0, 1.0)
+        np.testing.assert_allclose([low, high], np.quantile(moved, [0.025, 0.975]), rtol=1e-9)
+        assert low <= value <= high
 
 
 def test_a_tail_of_one_row_labels_keeps_its_value_inside_its_interval():
     """Resampled by rows, a mean over one-row labels lost a third of them each time and the
-    rest pulled it up, past its own value; resampled by labels and then rows it holds it."""
+    rest pulled it up, past its own value; holding each label's rows it stays inside."""
     # both runs miss every label but B the 60 most frequent: the change lives in the head
     made = generated_comparison(
         labels=3000, rows=4000, seed=6, planted=np.arange(60), hit=0.0, boost=0.9

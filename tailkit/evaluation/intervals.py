@@ -1,31 +1,46 @@
 """95 % intervals on every scalar test metric: a bootstrap over the test rows.
 
 Every metric evaluate reports is a function of sums over test rows: accuracy and P@k are a
-sum of per-row values over the number of rows; PSP@k a ratio of two such sums; balanced
-accuracy, the many/medium/few groups, macro recall@k and Macro-F1 a mean over labels of
-ratios of per-label sums; ECE a sum over confidence bins of absolute per-bin sums; coverage@k
-a count of labels whose sum is positive. A bootstrap resample is a vector of row counts
-(rows drawn with replacement, n of them). :class:`Resampler` draws the counts of
+sum of per-row values over the number of rows; PSP@k a ratio of two such sums; ECE a sum over
+confidence bins of absolute per-bin sums; coverage@k a count of labels whose sum is positive;
+Macro-F1 a mean over labels of ratios of per-label sums; balanced accuracy, the
+many/medium/few groups and macro recall@k a mean over labels of per-label hit rates (below).
+A bootstrap resample is a vector of row counts. :class:`Resampler` draws the counts of
 :data:`RESAMPLES` resamples in fixed blocks of :data:`BLOCK`; per block, the sums of every
 per-row value are one matrix product (:class:`Columns`), and the per-label and per-bin sums a
-gather and a segmented sum over (row, group) pairs sorted once (:class:`Grouping`; only
-non-zero weights stored, and whole ones summed in float32, exact below 2^24): no loop over
-rows or resamples. With every count 1 the functions give the reported values (up to summation order),
-which the tests check.
+sparse product over (row, group) pairs (:class:`Grouping`; only non-zero weights stored, and
+whole ones summed in float32, exact below 2^24): no loop over rows or resamples. With every
+count 1 the functions give the reported values (up to summation order), which the tests check.
+
+The counts are Poisson(1) draws, one per row and resample (the Poisson bootstrap; Hanley and
+MacGibbon 2006, Chamandy et al. 2012): for the statistics here it has the multinomial
+bootstrap's limit, every metric is a ratio that does not need the resample to hold exactly n
+rows, and a count is a table lookup of 16 random bits (its distribution is Poisson(1) to
+within 2^-16 a value) where drawing n row indices and counting them cost three times as much.
 
 The interval is the percentile bootstrap's (the 2.5th and 97.5th percentiles of the resampled
 values): at the test sizes of this field (10^3–10^5 rows) its coverage is what BCa's is, and
-BCa's acceleration needs a jackknife, n more evaluations. The resamples come from a
-counter-based generator (Philox) keyed by :data:`SEED` and the block, the matrix product runs
-on one BLAS thread and the segmented sums are sequential, so the same inputs give the same
-bits on any thread count; and every
-experiment scored on the same rows gets the same resamples, which is what a paired comparison
-needs. A resample in which a group or label has no row leaves it out of that resample's mean,
-as the metric leaves out a class absent from the test split; a metric with no value in some
-resample gets its interval from the others.
+BCa's acceleration needs a jackknife, n more evaluations. The counts come from a counter-based
+generator (Philox) keyed by :data:`SEED` and the block, the matrix product runs on one BLAS
+thread and the sparse products are sequential, so the same inputs give the same bits on any
+thread count; and every experiment scored on the same rows gets the same resamples, which is
+what a paired comparison needs. A metric with no value in some resample gets its interval from
+the others.
 
-What the interval covers: the sampling of the test set, given the trained model. It does not
-cover the training seed's variance or another draw of the training data.
+A mean over labels of per-label hit rates (:meth:`Metrics.label_mean`) is resampled through
+its linear expansion, holding each label's test rows: the value plus the resample's mean of a
+per-row residual (each row's hit minus its label's rate, weighted 1/(L n_c), scaled by
+√(n_c/(n_c − 1)) so that its variance is the unbiased Σ_c r_c(1 − r_c)/n_c / L²). A one-row
+label's own rate tells nothing of its noise: the one-row labels of the set are centred on
+their common rate, the tightest bound the rows allow, and a lone one on 1/2, the widest.
+Resampling the rows themselves would leave a third of the one-row labels out of each resample,
+and the labels that stay (more rows, usually higher recall) pull the mean up: at 10^6 labels
+an interval lay wholly above its value. Resampling rows within each label would give a
+one-row label no variance at all.
+
+What the interval covers: the sampling of the test set, given the trained model and its test
+rows' labels. It does not cover the training seed's variance or another draw of the training
+data.
 """
 
 from __future__ import annotations
@@ -50,6 +65,16 @@ LEVEL = 0.95
 #: Confidence bins of the ECE (tailkit.evaluation.metrics.expected_calibration_error).
 ECE_BINS = 15
 
+
+def _poisson_table() -> np.ndarray:
+    """Poisson(1) counts by 16-bit draw: value k for the draws below 2^16 · P(X ≤ k)."""
+    cumulative = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)]))
+    bounds = np.round(cumulative * 2**16)
+    return np.searchsorted(bounds, np.arange(2**16), side="right").astype(np.uint8)
+
+
+_POISSON_1 = _poisson_table()
+
 #: A metric under a block of resamples: the block's :class:`Sums` → (block,) values (NaN where
 #: undefined in a resample).
 Metric = Callable[["Sums"], np.ndarray]
@@ -68,13 +93,21 @@ class Columns:
     def __init__(self, num_rows: int) -> None:
         self.num_rows = num_rows
         self._values: list[np.ndarray] = []
+        self._index: dict[bytes, int] = {}
         self._matrix: np.ndarray | None = None
 
     def add(self, values: np.ndarray) -> int:
-        """Register a column; returns its index for :meth:`Sums.column`."""
-        self._values.append(np.asarray(values, dtype=np.float64).reshape(self.num_rows))
-        self._matrix = None
-        return len(self._values) - 1
+        """Register a column; returns its index for :meth:`Sums.column`. A column equal to
+        one registered before gets that one's index (on single-label rows P@1, R@1, nDCG@1
+        and accuracy are one column): the product's cost is its number of columns."""
+        column = np.ascontiguousarray(values, dtype=np.float64).reshape(self.num_rows)
+        key = column.tobytes()
+        found = self._index.get(key)
+        if found is None:
+            found = self._index[key] = len(self._values)
+            self._values.append(column)
+            self._matrix = None
+        return found
 
     @property
     def matrix(self) -> np.ndarray:
@@ -119,11 +152,10 @@ class Sums:
     def __init__(self, counts_t: np.ndarray, columns: Columns | None = None) -> None:
         # rows first: a sparse (groups × rows) product then adds contiguous rows of the block
         self.counts_t = np.ascontiguousarray(counts_t, dtype=np.float64)
-        self._counts32 = self.counts_t.astype(np.float32)  # exact: counts are below 2^24
+        self._counts32 = np.ascontiguousarray(counts_t, dtype=np.float32)  # exact below 2^24
         self._columns = columns
         self._column_sums: np.ndarray | None = None
         self._gathered: dict[int, np.ndarray] = {}
-        self._memo: dict[int, np.ndarray] = {}
 
     def column(self, index: int) -> np.ndarray:
         """(block,) sums of column ``index`` of the :class:`Columns`."""
@@ -138,14 +170,6 @@ class Sums:
     @property
     def rows(self) -> np.ndarray:
         return self.counts_t.sum(axis=0)
-
-    def memo(self, key: object, compute: Callable[[], np.ndarray]) -> np.ndarray:
-        """``compute()`` once per block for ``key`` (per-label recalls that several metrics
-        average over different labels)."""
-        found = self._memo.get(id(key))
-        if found is None:
-            found = self._memo[id(key)] = compute()
-        return found
 
     def grouped(self, matrix: sp.csr_matrix) -> np.ndarray:
         """(groups, block): each resample's per-group sums, ``matrix`` from
@@ -185,12 +209,10 @@ class Resampler:
         n = self.num_rows
         for start in range(0, self.resamples, BLOCK):
             size = min(BLOCK, self.resamples - start)
-            rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([self.seed, start])))
-            draws = rng.integers(0, n, size=(size, n))
-            counts_t = np.empty((n, size))
-            for j in range(size):  # a bincount per resample: cheaper than one over n · size keys
-                counts_t[:, j] = np.bincount(draws[j], minlength=n)
-            yield Sums(counts_t, columns)
+            bits = np.random.Philox(np.random.SeedSequence([self.seed, start]))
+            words = bits.random_raw(-(-size * n // 4)).view(np.uint16)[: size * n]
+            # drawn row-major as (rows, block): the layout the products read, no transpose
+            yield Sums(_POISSON_1[words].reshape(n, size), columns)
 
     def values(self, metrics: Metrics) -> dict[str, np.ndarray]:
         """Each metric's value in every resample, (resamples,)."""
@@ -239,10 +261,44 @@ class Metrics:
         top, bottom = self.columns.add(numerator), self.columns.add(denominator)
         return lambda s: ratio(s.column(top), s.column(bottom))
 
-
-def _mean_of_group(recall: Metric, mask: np.ndarray) -> Metric:
-    """The mean of the per-label ``recall`` over the labels of one many/medium/few group."""
-    return lambda s: mean_over(recall(s), mask)
+    def label_mean(
+        self,
+        rows: np.ndarray,
+        labels: np.ndarray,
+        values: np.ndarray,
+        kept: np.ndarray | None,
+        change: bool = False,
+    ) -> Metric:
+        """The resampled mean over labels of each label's mean value: (row, label) pairs with
+        ``labels`` numbered 0…L−1, each pair's value (1 where the label was found, 0 where
+        not; with ``change`` a paired change, +1, −1 or 0) and the labels that count
+        (``kept``, by label number; None: all) — through its linear expansion (module
+        docstring). NaN in every resample when no kept label has a row."""
+        labels = np.asarray(labels, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        size = int(labels.max()) + 1 if labels.size else 0
+        support = np.bincount(labels, minlength=size)
+        rate = np.bincount(labels, weights=values, minlength=size) / np.maximum(support, 1)
+        chosen = support > 0 if kept is None else (support > 0) & np.asarray(kept, dtype=bool)
+        if not chosen.any():
+            return lambda s: np.full(s.counts_t.shape[1], np.nan)
+        value = float(rate[chosen].mean())
+        center = rate.copy()
+        scale = np.sqrt(support / np.maximum(support - 1, 1))
+        single = chosen & (support == 1)
+        if single.sum() > 1:
+            center[single] = rate[single].mean()
+            scale[single] = np.sqrt(single.sum() / (single.sum() - 1))
+        else:  # a lone one-row label: a rate's widest noise, r(1 − r) ≤ 1/4; a change's, δ²
+            center[single], scale[single] = (0.0 if change else 0.5), 1.0
+        weight = np.where(chosen, scale / (chosen.sum() * np.maximum(support, 1)), 0.0)
+        residual = weight[labels] * (values - center[labels])
+        index = self.columns.add(
+            np.bincount(rows, weights=residual, minlength=self.columns.num_rows)
+        )
+        ones, n = self._ones, self.columns.num_rows
+        low = -1.0 if change else 0.0
+        return lambda s: np.clip(value + n * s.column(index) / s.column(ones), low, 1.0)
 
 
 def _ece(metrics: Metrics, correct: np.ndarray, confidence: np.ndarray) -> Metric:
@@ -279,9 +335,25 @@ def f1_metrics(
     hits, probabilities = test.hits[valid], test.probabilities[valid]
 
     weighted: dict[float, tuple[sp.csr_matrix, sp.csr_matrix]] = {}
+    true_count = metrics.columns.add(np.diff(truth[0]))
 
-    def f1(threshold: float, which: str) -> Metric:
-        if threshold not in weighted:  # micro and macro at one threshold share their sums
+    def micro(threshold: float) -> Metric:
+        """2 TP / (2 TP + FP + FN) of sums over all labels: sums of per-row counts."""
+        predicted = probabilities >= threshold
+        row_counts = [
+            np.bincount(rank_rows, weights=mask, minlength=n)
+            for mask in (predicted & hits, predicted & ~hits)
+        ]
+        tp, fp = (metrics.columns.add(count) for count in row_counts)
+
+        def metric(s: Sums) -> np.ndarray:
+            total = s.column(tp) + s.column(fp) + s.column(true_count)
+            return np.where(total > 0, 2 * s.column(tp) / np.maximum(total, 1), 0.0)
+
+        return metric
+
+    def macro(threshold: float) -> Metric:
+        if threshold not in weighted:
             predicted = probabilities >= threshold
             weighted[threshold] = (
                 ranked_groups.weighted(predicted & hits),
@@ -292,18 +364,15 @@ def f1_metrics(
         def metric(s: Sums) -> np.ndarray:
             tp, fp = s.grouped(tp_w), s.grouped(fp_w)
             denominator = tp + fp + s.grouped(true)  # 2 TP + FP + FN, FN = true − TP
-            if which == "micro":
-                total = denominator.sum(axis=0)
-                return np.where(total > 0, 2 * tp.sum(axis=0) / np.maximum(total, 1), 0.0)
             return np.nan_to_num(mean_over(ratio(2 * tp, denominator)), nan=0.0)
 
         return metric
 
-    metrics.named["micro_f1"] = f1(thresholds["threshold"], "micro")
-    metrics.named["macro_f1"] = f1(thresholds["threshold"], "macro")
+    metrics.named["micro_f1"] = micro(thresholds["threshold"])
+    metrics.named["macro_f1"] = macro(thresholds["threshold"])
     if "micro_tuned" in thresholds:
-        metrics.named["micro_f1_tuned"] = f1(thresholds["micro_tuned"], "micro")
-        metrics.named["macro_f1_tuned"] = f1(thresholds["macro_tuned"], "macro")
+        metrics.named["micro_f1_tuned"] = micro(thresholds["micro_tuned"])
+        metrics.named["macro_f1_tuned"] = macro(thresholds["macro_tuned"])
 
 
 def single_label_metrics(
@@ -320,18 +389,13 @@ def single_label_metrics(
     labels = np.asarray(labels, dtype=np.int64)
     correct = ranked[:, 0] == labels
     present, local = np.unique(labels, return_inverse=True)
-    classes = Grouping(np.arange(n), local, present.shape[0], n)
-    support, hit_w = classes.weighted(), classes.weighted(correct)
-
-    def recall(s: Sums) -> np.ndarray:
-        return s.memo(hit_w, lambda: ratio(s.grouped(hit_w), s.grouped(support)))
-
+    rows = np.arange(n)
     named = metrics.named
     named["accuracy"] = metrics.mean(correct)
     named["top5_accuracy"] = metrics.mean((ranked[:, :5] == labels[:, None]).any(axis=1))
-    named["balanced_accuracy"] = lambda s: mean_over(recall(s))
+    named["balanced_accuracy"] = metrics.label_mean(rows, local, correct, None)
     for group, mask in shot_groups(train_counts, groups).items():
-        named[group] = _mean_of_group(recall, mask[present])
+        named[group] = metrics.label_mean(rows, local, correct, mask[present])
     if log_likelihood is not None:
         named["log_likelihood"] = metrics.mean(log_likelihood)
     if confidence is not None:
@@ -367,7 +431,6 @@ def multilabel_metrics(
     hit_groups = Grouping(
         hit_rows, np.searchsorted(present, ranked[hit_rows, hit_ranks]), present.shape[0], n
     )
-    found_pairs = hit_groups.weighted()
     named = metrics.named
     for k in ks:
         found = hits[:, :k].sum(axis=1)
@@ -395,12 +458,11 @@ def multilabel_metrics(
     if not test_block:
         return
 
-    def recall(s: Sums) -> np.ndarray:  # tailkit.evaluation.metrics.label_recall
-        return s.memo(found_pairs, lambda: ratio(s.grouped(found_pairs), s.grouped(support)))
-
-    named[f"macro_recall@{width}"] = lambda s: mean_over(recall(s))
+    # tailkit.evaluation.metrics.label_recall: a true label is found when ranked
+    ranked_true = (ranked[rows] == np.asarray(indices, dtype=np.int64)[:, None]).any(axis=1)
+    named[f"macro_recall@{width}"] = metrics.label_mean(rows, local, ranked_true, None)
     for group, mask in shot_groups(train_counts, groups).items():
-        named[group] = _mean_of_group(recall, mask[present])
+        named[group] = metrics.label_mean(rows, local, ranked_true, mask[present])
     if confidence is not None:
         named["ece"] = _ece(metrics, hits[:, 0], confidence)
 

@@ -228,8 +228,9 @@ def test_intervals(
         block, _, key = name.rpartition(".")
         out[block or "test"][key] = interval
     out["method"] = (
-        f"percentile bootstrap over test rows: {intervals.RESAMPLES} resamples, "
-        f"{intervals.LEVEL:.0%} level, seed {intervals.SEED}"
+        f"percentile Poisson bootstrap over test rows: {intervals.RESAMPLES} resamples, "
+        f"{intervals.LEVEL:.0%} level, seed {intervals.SEED}; means over labels through "
+        "their linear expansion, each label's rows held"
     )
     return out
 

@@ -2,8 +2,9 @@
 
 A bin's value is the mean per-label recall@j (accuracy of the class for one label per row, j = 1)
 over the bin's labels with test rows, as ``plots/classes/<experiment>.tsv`` has it; its interval
-is the two-stage bootstrap of that mean over the bin's labels and their rows
-(:mod:`tailkit.reporting.label_bootstrap` says why), as ``tailkit compare`` tests a bin's change.
+is the bootstrap over the test rows that holds each label's rows, as the summary table's means
+over labels have it and ``tailkit compare`` tests a bin's change
+(:meth:`tailkit.evaluation.intervals.Metrics.label_mean`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tailkit.evaluation.intervals import Metrics, Resampler, percentile_interval
 from tailkit.evaluation.outcomes import Outcomes
 from tailkit.evaluation.per_class import PLOT_BINS_PER_OCTAVE, frequency_bin
 from tailkit.reporting.compare_tests import pair_hits
-from tailkit.reporting.label_bootstrap import mean_interval
 
 
 def bin_bands(
@@ -30,14 +31,13 @@ def bin_bands(
     for name, found in outcomes.items():
         pairs = pair_hits(found, found, min(depth, found.ranked.shape[1]))
         present, local = np.unique(pairs.labels, return_inverse=True)
-        seen = np.bincount(local, minlength=present.shape[0])
-        hits = np.bincount(local, pairs.a, present.shape[0]).astype(np.int64)
         bins = frequency_bin(np.asarray(train_counts)[present], per_octave)
-        out[name] = {}
+        metrics = Metrics(pairs.num_rows)
         for b in np.unique(bins):
-            # the bin is the stream: every experiment's band of a bin draws the same labels
-            chosen = bins == b
-            bounds = mean_interval(seen[chosen], hits[chosen], None, int(b))
+            metrics.named[str(b)] = metrics.label_mean(pairs.rows, local, pairs.a, bins == b)
+        out[name] = {}
+        for b, values in Resampler(pairs.num_rows).values(metrics).items():
+            bounds = percentile_interval(values)
             if bounds is not None:
                 out[name][int(b)] = bounds
     return out

@@ -3,10 +3,10 @@
 Both runs scored the same test rows (the same data key), so every test is paired:
 
 - **Per frequency bin and group**: the change of the mean per-label recall, with the 95 %
-  percentile interval and the p-value of a paired bootstrap over the bin's labels (each
-  resample draws that many labels with replacement and averages their change:
-  :mod:`tailkit.reporting.label_bootstrap` says why labels and not rows), and
-  Benjamini–Hochberg q-values across all the bins and groups together.
+  percentile interval and the p-value of a paired bootstrap over the test rows that holds each
+  label's rows (the summary table's means over labels; :mod:`tailkit.evaluation.intervals`
+  says why not the rows alone), and Benjamini–Hochberg q-values across all the bins and
+  groups together.
 - **Per label**: McNemar's exact test on the (row, label) pairs of that label — b pairs only
   run A ranks within the top j, c only run B; under "no change" b is Binomial(b + c, ½), so the
   two-sided p is min(1, 2 · P(X ≤ min(b, c))). A label with fewer than
@@ -29,9 +29,8 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from tailkit.evaluation.intervals import percentile_interval
+from tailkit.evaluation.intervals import Metrics, Resampler, percentile_interval
 from tailkit.evaluation.outcomes import Outcomes
-from tailkit.reporting.label_bootstrap import resampled_means
 from tailkit.reporting.paired import bootstrap_p
 
 #: Discordant pairs a label needs before its exact test can reach p < 0.05 (2 · 2⁻⁶ < 0.05).
@@ -106,22 +105,22 @@ def label_tests(pairs: PairHits) -> pl.DataFrame:
 
 def key_tests(pairs: PairHits, keys: dict[str, np.ndarray]) -> pl.DataFrame:
     """Per key (``keys``: name → boolean mask over label ids): the change of the mean per-label
-    recall (B − A), its 95 % interval and p-value in a paired two-stage bootstrap over the key's
-    labels and their rows (:mod:`tailkit.reporting.label_bootstrap`), and the BH q-value across
-    the keys."""
+    recall (B − A), its 95 % interval and p-value in a paired bootstrap over the test rows that
+    holds each label's rows (the table's means over labels:
+    :meth:`tailkit.evaluation.intervals.Metrics.label_mean`), and the BH q-value across the
+    keys."""
     present, local = np.unique(pairs.labels, return_inverse=True)
-    size = present.shape[0]
-    seen = np.bincount(local, minlength=size)
-    b_only = np.bincount(local, pairs.b & ~pairs.a, size).astype(np.int64)
-    a_only = np.bincount(local, pairs.a & ~pairs.b, size).astype(np.int64)
+    change = pairs.b.astype(np.float64) - pairs.a.astype(np.float64)
+    metrics = Metrics(pairs.num_rows)
+    for key, mask in keys.items():
+        metrics.named[key] = metrics.label_mean(pairs.rows, local, change, mask[present], True)
+    resampled = Resampler(pairs.num_rows).values(metrics)
     low, high, p = [], [], []
-    for stream, mask in enumerate(keys.values()):
-        chosen = mask[present]
-        d = resampled_means(seen[chosen], b_only[chosen], a_only[chosen], stream)
-        bounds = percentile_interval(d) or (np.nan, np.nan)
+    for key in keys:
+        bounds = percentile_interval(resampled[key]) or (np.nan, np.nan)
         low.append(bounds[0])
         high.append(bounds[1])
-        p.append(bootstrap_p(d))
+        p.append(bootstrap_p(resampled[key]))
     p_values = np.asarray(p)
     q = benjamini_hochberg(p_values)
     return pl.DataFrame(

@@ -40,9 +40,10 @@ from tailkit.storage.atomic import atomic_path
 CURVE_METRICS = ("val_accuracy", "val_balanced_accuracy")
 BINS_NOTE = (
     "Each point: the mean over a quarter-octave bin of labels (by training rows) of the "
-    "per-label value; the band: its 95 % interval in a bootstrap over the bin's labels and "
-    "their rows (as tailkit compare tests a bin's change). Hover a point for the bin's labels and test rows; "
-    "click a name in the legend to hide its line."
+    "per-label value; the band: its 95 % interval in a bootstrap over the test rows that "
+    "holds each label's rows (as the table's means over labels, and as tailkit compare tests "
+    "a bin's change). Hover a point for the bin's labels and test rows; click a name in the "
+    "legend to hide its line."
 )
 
 
