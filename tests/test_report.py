@@ -404,3 +404,19 @@ def test_exp_runs_carry_the_detail_metrics_their_commit_holds(tmp_path: Path):
     # without the project's root, the headline alone, as before
     plain = exp_runs([exp_entry(sha, "main", params_with(), accs)])
     assert all("plugins" not in r.metrics for r in plain)
+
+
+def test_exp_runs_keep_each_experiments_seed_runs_for_mean_and_std():
+    """A DVC experiment with base.extra_seeds records metrics/<exp>+seed<s>.json beside
+    metrics/<exp>.json: `report --exps` shows the experiment's mean ± std over its seeds, not
+    seed 0 alone."""
+    raw = params_with(base__extra_seeds=[1, 2])
+    accs = {k: 0.5 for k in TINY_PARAMS["experiments"]}
+    accs |= {"softmax": 0.6, "softmax+seed1": 0.7, "softmax+seed2": 0.8}
+    runs = exp_runs([exp_entry("a" * 40, "main", raw, accs)])
+    softmax = [r for r in runs if r.experiment == "softmax"]
+    assert [r.params.base.seed for r in softmax] == [0, 1, 2]
+    assert [r.metrics["test"]["accuracy"] for r in softmax] == [0.6, 0.7, 0.8]
+    assert [r.name for r in softmax] == ["softmax"] * 3
+    cells = row(comparison_table(runs), "softmax")
+    assert cells[2:4] == ["3", "**70.00 ± 10.00**"]  # seeds, then accuracy's mean ± std

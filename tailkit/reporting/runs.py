@@ -204,17 +204,22 @@ def _runs_of(
         params = parse_params(raw, f"{params_file}@{source or entry.get('rev')}")
     except InvalidParameterError:
         return []  # made with an older params schema
+    rev = str(entry.get("rev", ""))
     runs = []
     for key in params.experiments:
-        metrics = _metrics_of(data.get("metrics"), key)
-        if metrics is None:
-            continue
-        detail = _detail_at(root, str(entry.get("rev", "")), key)
-        if detail is not None:  # the same run's every metric; the time stays the headline's
-            train = {**(detail.get("train") or {}), **(metrics.get("train") or {})}
-            metrics = {**detail, "test": {**detail.get("test", {}), **metrics["test"]}}
-            metrics["train"] = train
-        runs.append(Run(key, source, params, metrics))
+        # the experiment's run, then one per extra seed (<experiment>+seed<s>), the repeats
+        # the tables show as mean ± std
+        seeded = [(params, key), *(params.seed_run(key, s) for s in params.base.extra_seeds)]
+        for run_params, output in seeded:
+            metrics = _metrics_of(data.get("metrics"), output)
+            if metrics is None:
+                continue
+            detail = _detail_at(root, rev, output)
+            if detail is not None:  # the same run's every metric; the time stays the headline's
+                train = {**(detail.get("train") or {}), **(metrics.get("train") or {})}
+                metrics = {**detail, "test": {**detail.get("test", {}), **metrics["test"]}}
+                metrics["train"] = train
+            runs.append(Run(key, source, run_params, metrics))
     return runs
 
 
