@@ -70,7 +70,19 @@ MOVED_NAMES = {
             ),
             "tailkit.evaluation.correction",
         ),
-        "declared_traits": "tailkit.registry",
+        **dict.fromkeys(
+            (
+                "declared_traits",
+                "DEFAULT_PROPENSITY",
+                "dataset_propensity",
+                "featurizer_accepts",
+                "featurizer_output",
+                "batch_modes",
+                "model_input_kind",
+                "is_learner",
+            ),
+            "tailkit.registry",
+        ),
     },
 }
 

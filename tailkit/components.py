@@ -10,8 +10,6 @@ Shapes used below: ``B`` batch size, ``C`` number of labels, ``D`` input feature
 
 from __future__ import annotations
 
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
@@ -81,7 +79,8 @@ class Dataset(Protocol):
 
     Optional attribute ``propensity``: (A, B) of Jain et al.'s propensity model for this
     dataset's PSP@k (the Extreme Classification Repository's per-dataset constants, e.g.
-    (0.5, 0.4) for Wikipedia); (0.55, 1.5) when absent (:func:`dataset_propensity`).
+    (0.5, 0.4) for Wikipedia); (0.55, 1.5) when absent
+    (:func:`tailkit.registry.dataset_propensity`).
 
     Optional method ``decode_rows(table: pyarrow.Table)``: the inputs of new rows, as ``load``
     makes them, from a table a user hands ``tailkit predict`` (GeoNames: latitude and
@@ -95,39 +94,18 @@ class Dataset(Protocol):
     def load(self, raw_dir: Path) -> RawData: ...
 
 
-#: Jain et al.'s default propensity constants (A, B), for a dataset that declares none.
-DEFAULT_PROPENSITY = (0.55, 1.5)
-
-
-def dataset_propensity(dataset: Any) -> tuple[float, float]:
-    """The (A, B) a dataset declares (``propensity``), else :data:`DEFAULT_PROPENSITY`.
-    subsample records it in the split's meta, so evaluation reads it with the data."""
-    a, b = getattr(dataset, "propensity", DEFAULT_PROPENSITY)
-    return float(a), float(b)
-
-
 @runtime_checkable
 class Featurizer(Protocol):
     """Maps raw inputs to features; fitted on the training split only.
 
     Optional class attributes: ``accepts``, the RawData modalities it takes, and ``output``,
     the kind it returns (``"dense"`` float32, ``"sparse"`` CSR, ``"image"`` uint8); both
-    default to dense (:func:`featurizer_accepts`, :func:`featurizer_output`).
+    default to dense (:func:`tailkit.registry.featurizer_accepts` and ``featurizer_output``).
     """
 
     def fit(self, inputs: np.ndarray) -> Featurizer: ...
 
     def transform(self, inputs: np.ndarray) -> np.ndarray: ...
-
-
-def featurizer_accepts(featurizer: Any) -> Any:
-    """The modalities a featurizer (class or instance) declares it takes, as declared."""
-    return getattr(featurizer, "accepts", ("dense",))
-
-
-def featurizer_output(featurizer: Any) -> Any:
-    """The kind of features a featurizer (class or instance) declares it returns."""
-    return getattr(featurizer, "output", "dense")
 
 
 class Sampler:
@@ -270,23 +248,6 @@ class SampledBatch(Batch):
 BATCH_TYPES: dict[str, type[Batch]] = {"full": FullBatch, "sampled": SampledBatch}
 
 
-def batch_modes(loss: Any) -> tuple[str, ...]:
-    """The modes a loss (class or instance) takes, read from the batch type its ``forward``
-    annotates: ``FullBatch``, ``SampledBatch`` or ``FullBatch | SampledBatch``. Empty when the
-    annotation names neither (the registry refuses such a loss)."""
-    cls = loss if isinstance(loss, type) else type(loss)
-    forward = getattr(cls, "forward", None)
-    if forward is None:
-        return ()
-    try:
-        hint = typing.get_type_hints(forward).get("batch")
-    except (NameError, TypeError):
-        return ()
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    arms = typing.get_args(hint) if union else (hint,)
-    return tuple(mode for mode, kind in BATCH_TYPES.items() if kind in arms)
-
-
 class ScoreContext(Protocol):
     """What :meth:`Loss.adjust_scores` may read at prediction time (evaluation hands it a
     :class:`tailkit.evaluation.correction.PredictionContext`)."""
@@ -309,8 +270,9 @@ class Loss(torch.nn.Module):
     ``forward(self, batch: FullBatch)`` receives the logits of all labels, ``forward(self,
     batch: SampledBatch)`` the positive and sampled negative logits (and needs a sampler), and
     ``FullBatch | SampledBatch`` takes either (the experiment's sampler decides). The registry
-    reads the annotation once (:func:`batch_modes`) and refuses a loss that names neither; an
-    experiment whose sampler does not fit the loss's modes is refused before any data is read.
+    reads the annotation once (:func:`tailkit.registry.batch_modes`) and refuses a loss that
+    names neither; an experiment whose sampler does not fit the loss's modes is refused before
+    any data is read.
     A loss never touches the weight matrix.
     """
 
@@ -400,16 +362,11 @@ class Encoder(torch.nn.Module):
     The output layer (C × d, row-sparse) belongs to the core, not to the model. ``input_kind``
     says which cached features it reads: ``"dense"`` (B, D) float32 rows, ``"image"`` (B, H, W,
     3) uint8 pixels, or ``"sparse"`` :class:`~tailkit.sparse.SparseRows`
-    (:func:`model_input_kind`).
+    (:func:`tailkit.registry.model_input_kind`).
     """
 
     out_dim: int
     input_kind: ClassVar[str] = "dense"
-
-
-def model_input_kind(model: Any) -> str:
-    """The feature kind a model (class or instance) reads; dense when it declares none."""
-    return getattr(model, "input_kind", "dense")
 
 
 class Learner:
@@ -449,12 +406,6 @@ class Learner:
         self, x: Any, k: int
     ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def is_learner(model: Any) -> bool:
-    """Whether a model (class or instance) trains itself (:class:`Learner`)."""
-    cls = model if isinstance(model, type) else type(model)
-    return issubclass(cls, Learner)
 
 
 def __getattr__(name: str) -> Any:

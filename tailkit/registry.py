@@ -21,6 +21,7 @@ import re
 import sys
 import threading
 import traceback
+import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -438,14 +439,7 @@ def declared_traits(kind: str, factory: Any) -> dict[str, Any]:
     """What a component of ``kind`` declares about itself as class attributes, with the
     protocol's defaults filled in: read once, at registration, into its info record
     (:class:`Component`). Values are JSON-able."""
-    from tailkit.components import (
-        Sampler,
-        batch_modes,
-        featurizer_accepts,
-        featurizer_output,
-        is_learner,
-        model_input_kind,
-    )
+    from tailkit.components import Sampler
 
     cls = _returned_class(factory)
     if kind == "losses":
@@ -469,6 +463,61 @@ def declared_traits(kind: str, factory: Any) -> dict[str, Any]:
             "requires": list(getattr(cls, "requires", ())) if learner else [],
         }
     return {}  # a dataset's facts (propensity) may depend on its options: read per instance
+
+
+# What a component declares, read with the contract's defaults (declared_traits, the core).
+
+#: Jain et al.'s default propensity constants (A, B), for a dataset that declares none.
+DEFAULT_PROPENSITY = (0.55, 1.5)
+
+
+def dataset_propensity(dataset: Any) -> tuple[float, float]:
+    """The (A, B) a dataset declares (``propensity``), else :data:`DEFAULT_PROPENSITY`.
+    subsample records it in the split's meta, so evaluation reads it with the data."""
+    a, b = getattr(dataset, "propensity", DEFAULT_PROPENSITY)
+    return float(a), float(b)
+
+
+def featurizer_accepts(featurizer: Any) -> Any:
+    """The modalities a featurizer (class or instance) declares it takes, as declared."""
+    return getattr(featurizer, "accepts", ("dense",))
+
+
+def featurizer_output(featurizer: Any) -> Any:
+    """The kind of features a featurizer (class or instance) declares it returns."""
+    return getattr(featurizer, "output", "dense")
+
+
+def batch_modes(loss: Any) -> tuple[str, ...]:
+    """The modes a loss (class or instance) takes, read from the batch type its ``forward``
+    annotates: ``FullBatch``, ``SampledBatch`` or ``FullBatch | SampledBatch``. Empty when the
+    annotation names neither (the registry refuses such a loss)."""
+    from tailkit.components import BATCH_TYPES
+
+    cls = loss if isinstance(loss, type) else type(loss)
+    forward = getattr(cls, "forward", None)
+    if forward is None:
+        return ()
+    try:
+        hint = typing.get_type_hints(forward).get("batch")
+    except (NameError, TypeError):
+        return ()
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    arms = typing.get_args(hint) if union else (hint,)
+    return tuple(mode for mode, kind in BATCH_TYPES.items() if kind in arms)
+
+
+def model_input_kind(model: Any) -> str:
+    """The feature kind a model (class or instance) reads; dense when it declares none."""
+    return getattr(model, "input_kind", "dense")
+
+
+def is_learner(model: Any) -> bool:
+    """Whether a model (class or instance) trains itself (:class:`Learner`)."""
+    from tailkit.components import Learner
+
+    cls = model if isinstance(model, type) else type(model)
+    return issubclass(cls, Learner)
 
 
 def _returned_class(factory: Any) -> type | None:

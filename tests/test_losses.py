@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from tailkit.components import Batch, FullBatch, Loss, SampledBatch, Sampler, batch_modes
+from tailkit.components import Batch, FullBatch, Loss, SampledBatch, Sampler
 from tailkit.errors import InvalidParameterError
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.losses.softmax import SoftmaxCE
+from tailkit.registry import batch_modes
 from tailkit.testing.batches import full_batch, sampled_batch
 from tailkit.validation import validate_options
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tailkit.components import batch_modes
 from tailkit.errors import InvalidParameterError
 from tailkit.plugins.losses.multilabel import MultilabelCE, NWayMClass
+from tailkit.registry import batch_modes
 from tailkit.testing import check_loss, check_options
 from tailkit.testing.batches import full_batch
 from tailkit.validation import validate_options

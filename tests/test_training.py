@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tailkit.components import FullBatch, Loss, batch_modes
+from tailkit.components import FullBatch, Loss
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.params import Params, parse_params
 from tailkit.pipeline.experiment import batch_mode, build_objective
@@ -15,7 +15,7 @@ from tailkit.plugins.models.linear import Linear
 from tailkit.plugins.models.mlp import MLP
 from tailkit.plugins.samplers.model_based import ModelBasedSampler
 from tailkit.plugins.samplers.uniform import UniformSampler
-from tailkit.registry import get_registry, make_registry
+from tailkit.registry import batch_modes, get_registry, make_registry
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, train
 from tailkit.training.optim import RowSparseAdagrad

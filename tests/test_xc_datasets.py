@@ -20,7 +20,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
-from tailkit.components import DEFAULT_PROPENSITY
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.metrics import inverse_propensity
 from tailkit.plugins.datasets import xc, xc_decode, xc_format
@@ -33,7 +32,7 @@ from tailkit.plugins.datasets.xc import (
     to_single_label,
 )
 from tailkit.plugins.datasets.xc_format import parse_file
-from tailkit.registry import make_registry
+from tailkit.registry import DEFAULT_PROPENSITY, make_registry
 
 # Seven training rows, D = 8, L = 4, as the XC repository writes them: row 2 has no labels and
 # starts with a space (EURLex-4K has 28 such rows), row 4 has none and starts with its features,

@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from tailkit.components import featurizer_accepts
 from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
 from tailkit.params import Params
-from tailkit.registry import Registry
+from tailkit.registry import Registry, featurizer_accepts
 from tailkit.sparse import canonical, check_rows
 
 

@@ -21,7 +21,7 @@ Threads: a job gets ``cores // min(N, jobs that could run now)`` threads (OpenMP
 and numba are told through their environment variables), so the chain at the head of the
 graph runs on every core and the experiments share them. tailkit's outputs do not depend on
 the thread count (its compiled kernels split work by rows, not by thread, and torch's CPU
-kernels give the same bytes on one or two threads: tests/test_parallel_repro.py checks a
+kernels give the same bytes on one or two threads: tests/pipeline/test_parallel_repro.py checks a
 model), so the bytes are those of a plain ``dvc repro`` on this machine.
 
 Which ready job goes first: the one with the longest chain of expected work below it, the

@@ -38,7 +38,6 @@ import pyarrow as pa
 import scipy.sparse as sp
 import torch
 
-from tailkit.components import featurizer_output
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.predict import predict
 from tailkit.evaluation.results import probabilities_of
@@ -48,7 +47,7 @@ from tailkit.paths import Layout
 from tailkit.pipeline.experiment import feature_dir, trains_itself
 from tailkit.pipeline.featurizing import as_output
 from tailkit.pipeline.trained import restore, restore_learner
-from tailkit.registry import Registry
+from tailkit.registry import Registry, featurizer_output
 from tailkit.sparse import SparseRows
 from tailkit.storage.atomic import atomic_path
 from tailkit.storage.feature_cache import read_features

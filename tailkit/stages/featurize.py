@@ -23,13 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.components import featurizer_output
 from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.featurizing import as_output, check_finite_inputs, check_modality
 from tailkit.progress import each
-from tailkit.registry import Registry
+from tailkit.registry import Registry, featurizer_output
 from tailkit.storage.atomic import atomic_dir, write_json
 from tailkit.storage.checksum import params_hash
 from tailkit.storage.feature_cache import KINDS, write_features

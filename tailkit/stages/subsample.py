@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.components import dataset_propensity
 from tailkit.labels import LabelSets
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.subsampling import plan_splits
-from tailkit.registry import Registry
+from tailkit.registry import Registry, dataset_propensity
 from tailkit.storage.atomic import atomic_dir, write_json
 from tailkit.storage.splits import SPLITS, write_labels, write_split
 

@@ -302,7 +302,7 @@ def _skip_uniform(count: int, generator: torch.Generator | None) -> None:
     """Advance ``generator`` past ``count`` uniform float32 draws, a bounded block at a time.
 
     The CPU generator's uniform draws are one per element in order, however a tensor is cut
-    (tests/test_output_layer_shard.py), so a shard that draws the rows before its own and
+    (tests/training/test_output_layer_shard.py), so a shard that draws the rows before its own and
     throws them away gets the whole layer's bits for its rows; this costs the time of drawing
     them, not their memory."""
     scratch = torch.empty(min(count, 1 << 22))

@@ -30,12 +30,13 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from tailkit.components import DEFAULT_PROPENSITY, RawData
+from tailkit.components import RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.metrics import inverse_propensity
 from tailkit.plugins.datasets.xc_decode import Decoded, decode
 from tailkit.plugins.datasets.xc_files import XCFormat
 from tailkit.plugins.datasets.xc_format import brief
+from tailkit.registry import DEFAULT_PROPENSITY
 from tailkit.storage.atomic import atomic_path, write_json
 
 FEATURES = "features.npz"

@@ -3,7 +3,7 @@
 Terms are those of scikit-learn's ``CountVectorizer``: its default word pattern of two or more
 word characters and their n-grams, and ``char_wb`` n-grams inside word boundaries for
 ``char_ngrams``, fitted on the training rows only. The analyzers are written here, term for
-term the same (tests/test_text_tfidf.py checks them against scikit-learn), because
+term the same (tests/plugins/test_text_tfidf.py checks them against scikit-learn), because
 ``tailkit predict`` would otherwise import scikit-learn and scipy.stats, about two seconds, to
 featurize a handful of rows. A term is kept when at least ``min_df`` training rows hold it, and
 ``max_features`` keeps the terms held by the most rows (ties: word terms before character

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from tailkit.components import MODALITIES, Featurizer, featurizer_accepts, featurizer_output
-from tailkit.registry import Component
+from tailkit.components import MODALITIES, Featurizer
+from tailkit.registry import Component, featurizer_accepts, featurizer_output
 from tailkit.testing.contracts.common import SEED, ContractError, _build, _expect, _resolve
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from tailkit.components import Batch, FullBatch, Loss, SampledBatch, Sampler, batch_modes
+from tailkit.components import Batch, FullBatch, Loss, SampledBatch, Sampler
 from tailkit.evaluation.correction import PredictionContext
-from tailkit.registry import Component
+from tailkit.registry import Component, batch_modes
 from tailkit.testing.contracts.common import (
     EMBED_DIM,
     IN_DIM,
@@ -96,7 +96,7 @@ def check_loss(factory: Callable[..., Any] | Component, /, **options: Any) -> No
     :func:`class_counts` (``train_rows`` set to their sum), as the core calls it before
     training.
 
-    It is run on each batch type its ``forward`` takes (:func:`tailkit.components.batch_modes`);
+    It is run on each batch type its ``forward`` takes (:func:`tailkit.registry.batch_modes`);
     a sampled batch comes with shared ``(m,)`` and per-example ``(B, m)`` negatives, with an
     unconditional and a conditional ``log q``.
     """

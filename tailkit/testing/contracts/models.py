@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tailkit.components import Encoder, is_learner, model_input_kind
-from tailkit.registry import Component
+from tailkit.components import Encoder
+from tailkit.registry import Component, is_learner, model_input_kind
 from tailkit.sparse import SparseRows
 from tailkit.testing.contracts.common import (
     IMAGE_SHAPE,
