@@ -22,10 +22,10 @@ step() {
     echo "== $((SECONDS - start)) s"
 }
 $PY -c 'import torch; assert torch.cuda.is_available(), "no CUDA device"; print(torch.__version__, torch.cuda.get_device_name())' || exit 1
-step 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_graph.py tests/test_cuda_paths.py
-step 120 $PY -m pytest -q -p no:cacheprovider -k cuda tests/test_losses.py \
-    tests/test_embedding_losses.py tests/test_ldam_cb_losses.py tests/test_samplers.py \
-    tests/test_evaluation.py
+step 150 $PY -m pytest -q -p no:cacheprovider tests/training/test_cuda_graph.py tests/training/test_cuda_paths.py
+step 120 $PY -m pytest -q -p no:cacheprovider -k cuda tests/plugins/test_losses.py \
+    tests/plugins/test_embedding_losses.py tests/plugins/test_ldam_cb_losses.py tests/plugins/test_samplers.py \
+    tests/evaluation/test_evaluation.py
 step 60 $PY benchmarks/bench_full.py --device cuda
 step 90 $PY benchmarks/bench_plan.py --device cuda
 step 90 $PY benchmarks/bench_resnet.py --device cuda --epochs 3 --eval-epochs 3

@@ -12,7 +12,7 @@ import yaml
 from tailkit.pipeline import codehash
 from tailkit.registry import make_registry
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 STAGE_MODULES = {
     "download": "download",
     "subsample": "subsample",

@@ -107,7 +107,7 @@ def _one_rank_fails(world: World) -> None:
 
 _FAILING_WORLD = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {root!r}]
 from spawn_world import run_world
 from test_distributed_training import _one_rank_fails
 run_world(__import__("pathlib").Path({tmp!r}), _one_rank_fails, 2)
@@ -118,7 +118,10 @@ def test_a_rank_that_fails_ends_the_run_instead_of_waiting_at_the_barrier(tmp_pa
     """Leaving the world waits for every rank at a barrier, but not after an error: the other
     rank is inside a collective the failed one never joins, so that barrier hung the job (in
     its own process here, so that a hang fails the test at the timeout)."""
-    script = _FAILING_WORLD.format(tests=str(Path(__file__).parent), tmp=str(tmp_path))
+    here = Path(__file__)
+    script = _FAILING_WORLD.format(
+        tests=str(here.parent), root=str(here.parents[1]), tmp=str(tmp_path)
+    )
     run = subprocess.Popen(
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
