@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.datasets.synthetic import generate
 from tailkit.registry import make_registry
 from tailkit.storage.feature_cache import read_features
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 
 ROOT = Path(__file__).parents[1]
 METHODS = {

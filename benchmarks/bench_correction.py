@@ -39,10 +39,10 @@ from tailkit.components import Loss
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
 from tailkit.native.restart import restart_with_settled_environment
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.models.linear import Linear
 from tailkit.testing.trees import random_tree
-from tailkit.training.output_layer import OutputLayer
 
 
 class _Uncorrected(Loss):

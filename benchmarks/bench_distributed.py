@@ -32,10 +32,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tailkit.distributed.world import ONE_PROCESS, World
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
 from tailkit.registry import make_registry
 from tailkit.training.loop import LoopConfig, TrainResult, train
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 
 ROWS, BATCH = 20_000, 512
 CPU = torch.device("cpu")

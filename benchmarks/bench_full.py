@@ -54,8 +54,8 @@ import torch
 from bench_distributed import train_case
 
 from tailkit.distributed.chunked_logits import AUTO_WIDTH
-from tailkit.distributed.plan import plan
 from tailkit.distributed.world import ONE_PROCESS
+from tailkit.training.plan import plan
 
 GEMM_CHUNK = 262_144  # labels in the calibration GEMMs (at most C): wide enough that a GPU's
 # fp32 GEMMs reach the rate the step's full-width ones do (65,536 fell 14 % short on one)

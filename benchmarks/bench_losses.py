@@ -50,10 +50,10 @@ from bench_step import gemm_gflops  # benchmarks/ is the script's directory, on 
 
 from tailkit.native.allocator import TUNABLES
 from tailkit.native.restart import restart_with_settled_environment
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 
 LOSSES = {
     "ce": {"name": "softmax"},

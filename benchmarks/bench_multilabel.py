@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from tailkit.labels import LabelSets
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
 from tailkit.registry import make_registry
 from tailkit.testing.batches import full_batch
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 from tailkit.training.step_batch import sampled_input
 
 

@@ -7,7 +7,7 @@
 For each size it trains with the loop that `dvc repro` runs (tailkit/training/loop.py): a
 parameter-free linear encoder on random dense features (the output layer is what is measured),
 Adagrad, sampled softmax with shared uniform negatives (``--sampled``) or the full softmax
-(``--full``). Printed per case: the plan's per-process bytes (tailkit/distributed/plan.py,
+(``--full``). Printed per case: the plan's per-process bytes (tailkit/training/plan.py,
 output layer, optimiser state and a step's activations), the peak the device's allocator
 reported over the run (``torch.cuda.max_memory_allocated``: the same tensors plus what a step
 really allocates beyond the plan's count), and examples/s of the loop (its own clock; the loop
@@ -22,8 +22,8 @@ import argparse
 import torch
 from bench_distributed import train_case
 
-from tailkit.distributed.plan import plan
 from tailkit.distributed.world import ONE_PROCESS
+from tailkit.training.plan import plan
 
 ROWS_PER_BATCH = 8  # batches of distinct random rows to cycle through
 

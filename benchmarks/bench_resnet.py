@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from tailkit.native.device import resolve_device
+from tailkit.output.output_layer import OutputLayer
 from tailkit.pipeline.experiment import build_optimizer
 from tailkit.registry import make_registry
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.output_layer import OutputLayer
 
 CIFAR10_LT_100 = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # 12,406
 

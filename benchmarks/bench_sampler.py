@@ -38,12 +38,12 @@ import numpy as np
 import torch
 
 from tailkit.native.restart import restart_with_settled_environment
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.tree.fit import tree_depth
 from tailkit.registry import make_registry
 from tailkit.testing.batches import sampled_batch
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 
 SIZES = (10**4, 10**5, 10**6)
 K = 16

@@ -14,13 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tailkit import _moved
-
-
-def _cache_home() -> Path:
-    """tailkit's folder in the user's cache directory (``$XDG_CACHE_HOME`` or ~/.cache): the
-    compiled kernels and the OpenMP links (:mod:`tailkit.native.openmp`) live there."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit"
-
+from tailkit.paths import cache_dir
 
 # numba's compiled-kernel cache (the kernels' cache=True) goes under the user's cache directory,
 # not into __pycache__ beside the sources: running a command must not write into the package.
@@ -30,7 +24,7 @@ def _cache_home() -> Path:
 _HELPERS = hashlib.sha256(
     (Path(__file__).parent / "native" / "fastmath.py").read_bytes()
 ).hexdigest()[:12]
-os.environ.setdefault("NUMBA_CACHE_DIR", str(_cache_home() / f"numba-{_HELPERS}"))
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / f"numba-{_HELPERS}"))
 
 # the old names of the modules that moved into storage/, pipeline/ and native/ (tailkit/_moved.py)
 _moved.install()

@@ -1,6 +1,7 @@
-"""The modules that moved out of the package root into storage/, pipeline/ and native/, kept
-importable under their old names for one release, with a DeprecationWarning, so that a
-plugin written against them keeps working: ``import tailkit.atomic`` gives the very module
+"""The modules that moved (out of the package root into storage/, pipeline/ and native/; the
+output layer and its optimisers and kernels into output/; the drivers of one run into
+pipeline/), kept importable under their old names for one release, with a DeprecationWarning,
+so that a plugin written against them keeps working: ``import tailkit.atomic`` gives the very module
 ``tailkit.storage.atomic`` (one module object, one state).
 
 A finder on ``sys.meta_path`` answers only for these names; everything else falls through to
@@ -49,9 +50,28 @@ MOVED = {
         "codehash": "pipeline.codehash",
         "parallel_repro": "pipeline.parallel_repro",
         "stage_address": "pipeline.stage_address",
-        "finite": "pipeline.finite",
+        "finite": "training.finite",
         "plugins.samplers.tree_fit": "plugins.samplers.tree.fit",
         "plugins.samplers.pca": "plugins.samplers.tree.pca",
+        "training.output_layer": "output.output_layer",
+        "training.optim": "output.optim",
+        "training.sparse_rows": "output.sparse_rows",
+        "training.schedules": "output.schedules",
+        "training.cosine_kernels": "output.cosine_kernels",
+        "training.row_gradient_kernels": "output.row_gradient_kernels",
+        "training.hit_kernels": "output.hit_kernels",
+        "training.unique_kernels": "output.unique_kernels",
+        "distributed.layer": "output.shards",
+        "distributed.plan": "training.plan",
+        "distributed.predict": "evaluation.predict_sharded",
+        "distributed.topk": "evaluation.topk_merge",
+        "evaluation.run": "pipeline.evaluate_run",
+        "training.run": "pipeline.train_run",
+        "training.second_stage": "pipeline.second_stage",
+        "training.saved_run": "pipeline.saved_run",
+        "training.run_plan": "pipeline.run_plan",
+        "training.learner": "pipeline.learner_run",
+        "pipeline.finite": "training.finite",
     }.items()
 }
 

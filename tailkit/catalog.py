@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tailkit import hookspecs
+from tailkit.paths import cache_dir
 
 #: Bumped when the cached JSON's layout changes, so an old file is never misread.
 FORMAT = 1
@@ -41,10 +42,6 @@ class Catalog:
 
     plugins: list[dict[str, Any]]
     components: list[dict[str, Any]]
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit"
 
 
 def _package_files(module: str) -> Iterator[Path]:

@@ -476,8 +476,8 @@ def plan(
     as_json: bool,
 ) -> None:
     """Bytes per process of a label-sharded run: output layer, optimizer state, one step's
-    activations, and bytes sent per step (tailkit/distributed/plan.py)."""
-    from tailkit.distributed import plan as planning
+    activations, and bytes sent per step (tailkit/training/plan.py)."""
+    from tailkit.training import plan as planning
 
     chunk: int | str | None = None if label_chunk == "none" else label_chunk
     if label_chunk not in ("auto", "none"):

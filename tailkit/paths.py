@@ -5,6 +5,7 @@ One place for the layout of docs/architecture.md, so stages, tests and dvc.yaml 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,3 +154,10 @@ class Layout:
     def report_plots(self) -> Path:
         """The report's cross-experiment plot data (learning curves, group accuracies)."""
         return self.root / "plots" / "report"
+
+
+def cache_dir() -> Path:
+    """Where tailkit keeps what it can rebuild between runs (the component catalog, data file
+    hashes, compiled kernels, the OpenMP links): ``$XDG_CACHE_HOME/tailkit``, by default
+    ``~/.cache/tailkit``, never in a project."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tailkit"

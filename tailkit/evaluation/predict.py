@@ -29,7 +29,7 @@ from tailkit.components import Encoder, Loss
 from tailkit.evaluation.chunk_kernels import merge_chunk
 from tailkit.evaluation.correction import PredictionContext, inverse_order, label_chunks
 from tailkit.evaluation.topk import merge_topk
-from tailkit.training.output_layer import OutputLayer
+from tailkit.output.output_layer import OutputLayer
 
 #: Floats of a block's per-row correction table (rows × C): 256 MiB.
 TABLE_BUDGET = 1 << 26
@@ -254,8 +254,8 @@ def predict(
     """
     device = layer.weight.device
     n, num_classes = x.shape[0], layer.num_classes
-    # A label shard (tailkit/distributed/layer.py) scores its own labels under their global
-    # ids; tailkit.distributed.predict merges the shards.
+    # A label shard (tailkit/output/shards.py) scores its own labels under their global
+    # ids; tailkit.evaluation.predict_sharded merges the shards.
     first = layer.label_start
     if first and loss.adjusts_scores and ctx.per_row_correction:
         raise ValueError("a per-row correction (a conditional sampler's) is not sharded")

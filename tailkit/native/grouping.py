@@ -3,7 +3,7 @@
 Compiled kernels that must visit each group's members in a fixed order use it: the tree fit
 regroups its points and labels by node at each level (tailkit/plugins/samplers/tree/fit.py), and
 a per-example sampled step sums each gathered row's gradient contributions in the order
-autograd's ``index_add_`` would (tailkit/training/row_gradient_kernels.py). Linear in the keys
+autograd's ``index_add_`` would (tailkit/output/row_gradient_kernels.py). Linear in the keys
 and stable, where a comparison sort is neither.
 """
 

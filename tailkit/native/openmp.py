@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from tailkit import _cache_home
+from tailkit.paths import cache_dir
 
 OPT_OUT = "TAILKIT_OPENMP"
 #: The names under which a library may ask for GNU OpenMP: numba's omppool the first.
@@ -52,7 +52,7 @@ def _alias_directory(target: Path) -> Path | None:
     """A directory whose :data:`ALIASES` link to ``target``, made if missing; None if it cannot
     be (a read-only cache directory)."""
     digest = hashlib.sha256(str(target).encode()).hexdigest()[:12]
-    directory = _cache_home() / f"openmp-{digest}"
+    directory = cache_dir() / f"openmp-{digest}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name in ALIASES:

@@ -19,10 +19,10 @@ from tailkit.components import Learner, Sampler
 from tailkit.errors import MismatchedArtifactError, TrainingDivergedError
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout, require
-from tailkit.pipeline.finite import first_non_finite
 from tailkit.registry import Registry
 from tailkit.storage import tensorfile
 from tailkit.storage.atomic import write_json
+from tailkit.training.finite import first_non_finite
 
 SAMPLER_STATE = "state.safetensors"
 MODEL_WEIGHTS = "model.safetensors"

@@ -14,11 +14,11 @@ from tailkit.components import Loss, Sampler
 from tailkit.errors import InvalidParameterError
 from tailkit.native.arithmetic import provenance_record
 from tailkit.native.device import resolve_device
+from tailkit.output.optim import OPTIMIZERS
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import Layout
 from tailkit.pipeline.codehash import tool_versions
 from tailkit.registry import Registry
-from tailkit.training.optim import OPTIMIZERS
 from tailkit.validation import validate_options
 
 

@@ -13,6 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from tailkit.components import Encoder, Learner, Loss
 from tailkit.evaluation.correction import PredictionContext
+from tailkit.output.output_layer import OutputLayer
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import (
@@ -27,7 +28,6 @@ from tailkit.pipeline.experiment import build_model, build_objective, feature_di
 from tailkit.registry import Registry
 from tailkit.storage.splits import read_meta
 from tailkit.training.loop import log_prior_from_counts
-from tailkit.training.output_layer import OutputLayer
 
 
 @dataclass

@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 from tailkit.distributed.launch import joined_world
-from tailkit.evaluation.run import evaluate_experiment
 from tailkit.native.device import resolve_device
 from tailkit.params import Params
 from tailkit.paths import Layout
+from tailkit.pipeline.evaluate_run import evaluate_experiment
 from tailkit.registry import Registry
 from tailkit.storage.atomic import write_json
 

@@ -24,9 +24,9 @@ from tailkit.native.device import resolve_device
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.experiment import trains_itself
+from tailkit.pipeline.learner_run import fit_learner
+from tailkit.pipeline.train_run import train_experiment
 from tailkit.registry import Registry
-from tailkit.training.learner import fit_learner
-from tailkit.training.run import train_experiment
 
 
 def run(

@@ -31,11 +31,11 @@ from tailkit.pipeline.experiment import (
     feature_dir,
     trains_itself,
 )
+from tailkit.pipeline.saved_run import run_info, run_timing, save_run
+from tailkit.pipeline.second_stage import Inputs, learned_scales, retrain, tau_norm
 from tailkit.pipeline.trained import restore
 from tailkit.registry import Registry
 from tailkit.storage.feature_cache import read_features
-from tailkit.training.saved_run import run_info, run_timing, save_run
-from tailkit.training.second_stage import Inputs, learned_scales, retrain, tau_norm
 
 
 def _refuse(message: str, run: str, key: str = "init_from") -> InvalidParameterError:

@@ -19,8 +19,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from tailkit.catalog import cache_dir
 from tailkit.errors import InvalidParameterError
+from tailkit.paths import cache_dir
 from tailkit.storage.atomic import write_json
 
 #: The dataset options that name the user's files (a plugin's ``path`` counts the same).

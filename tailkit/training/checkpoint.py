@@ -39,8 +39,8 @@ import torch.distributed as dist
 
 from tailkit.distributed.world import LABEL_BLOCK, ONE_PROCESS, World
 from tailkit.errors import DataValidationError
-from tailkit.pipeline.finite import first_non_finite
 from tailkit.storage.atomic import atomic_path
+from tailkit.training.finite import first_non_finite
 
 
 class Checkpointer:

@@ -31,9 +31,9 @@ from tailkit.errors import TrainingDivergedError
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
 from tailkit.labels import LabelSets
+from tailkit.output.optim import RowSparseOptimizer
+from tailkit.output.output_layer import OutputLayer
 from tailkit.training.loop import validation_scores
-from tailkit.training.optim import RowSparseOptimizer
-from tailkit.training.output_layer import OutputLayer
 from tailkit.training.row_sampling import RowSampler
 
 #: The τ grid of ``tau: auto``: 0, 0.05, …, 1 (Kang et al. pick τ in [0, 1] on validation).

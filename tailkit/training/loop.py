@@ -35,12 +35,14 @@ import torch
 
 from tailkit.components import Encoder, FullBatch, Loss, SampledBatch, Sampler
 from tailkit.distributed.chunked_logits import chunk_width
-from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.metrics import label_recall, per_class_recall
+from tailkit.evaluation.predict_sharded import predict_sharded
 from tailkit.labels import LabelSets
+from tailkit.output.optim import RowSparseOptimizer
+from tailkit.output.output_layer import OutputLayer, Rows
 from tailkit.training.cadence import checkpoint_interval
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.cuda_graph import GraphedEncoder, wants_graphs
@@ -51,8 +53,6 @@ from tailkit.training.loop_state import (
     resume,
     save_checkpoint,
 )
-from tailkit.training.optim import RowSparseOptimizer
-from tailkit.training.output_layer import OutputLayer, Rows
 from tailkit.training.row_sampling import RowSampler
 from tailkit.training.step_batch import StepScoring, batch_inputs, embed_rows, loss_batch
 
@@ -166,12 +166,12 @@ def train(
     since its last call as ``postfix`` (a progress bar's text).
 
     In a label-sharded run (``world`` of W processes, ``layer`` this rank's shard:
-    tailkit/distributed/layer.py) every rank takes the same global batch, encodes its own slice
+    tailkit/output/shards.py) every rank takes the same global batch, encodes its own slice
     of its rows with the encoder replicated under DDP (gradients summed, not averaged: each
     rank's rows carry their own part of the one global loss), gathers the embeddings of all,
     scores its own labels and runs the same loss, which combines the shards
     (``Loss.shardable``). Validation: every rank scores its own labels for all validation rows
-    and the top-1 is merged (tailkit/distributed/predict.py)."""
+    and the top-1 is merged (tailkit/evaluation/predict_sharded.py)."""
     # A sharded run encodes its own slice of the batch under DDP, or, for an encoder without
     # dense parameters (sparse-linear's input table, or none), the whole batch on every rank:
     # DDP would all-reduce that table's sparse gradients (a gather of every rank's rows, ~30 ms

@@ -20,10 +20,10 @@ import torch
 from tailkit.components import Encoder, Loss
 from tailkit.distributed.world import World
 from tailkit.errors import TrainingDivergedError
-from tailkit.pipeline.finite import first_non_finite
+from tailkit.output.optim import RowSparseOptimizer
+from tailkit.output.output_layer import OutputLayer
 from tailkit.training.checkpoint import Checkpointer
-from tailkit.training.optim import RowSparseOptimizer
-from tailkit.training.output_layer import OutputLayer
+from tailkit.training.finite import first_non_finite
 
 
 @dataclass

@@ -24,8 +24,8 @@ from tailkit.distributed.ops import gather_rows, scale_gradient, sum_gradient, s
 from tailkit.distributed.world import ONE_PROCESS, World
 from tailkit.errors import ComponentFault
 from tailkit.labels import LabelSets
-from tailkit.training.optim import RowSparseOptimizer
-from tailkit.training.output_layer import OutputLayer, Rows
+from tailkit.output.optim import RowSparseOptimizer
+from tailkit.output.output_layer import OutputLayer, Rows
 
 #: What a model's forward may raise for bad input or a bug of its own (a ComponentFault).
 _MODEL_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError)

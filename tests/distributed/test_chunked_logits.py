@@ -21,13 +21,13 @@ from tailkit.cli import cli
 from tailkit.components import FullBatch
 from tailkit.distributed.chunked_logits import AUTO_WIDTH, ChunkedLogits, chunk_width
 from tailkit.distributed.ops import gather_rows
-from tailkit.distributed.plan import plan
 from tailkit.distributed.world import ONE_PROCESS, World
+from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.models.linear import Linear
 from tailkit.registry import make_registry
 from tailkit.training.loop import LoopConfig, log_prior_from_counts, train
-from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
+from tailkit.training.plan import plan
 
 B, D = 12, 5
 

@@ -11,13 +11,13 @@ import torch
 import torch.distributed as dist
 from spawn_world import run_world
 
-from tailkit.distributed.layer import shard_layer, whole_layer
 from tailkit.distributed.world import ONE_PROCESS, World
+from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.shards import shard_layer, whole_layer
 from tailkit.registry import make_registry
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
 
 C, BLOCK, N, D = 13, 4, 96, 6
 

@@ -18,9 +18,9 @@ from tailkit.distributed.ops import (
     sharded_cross_entropy,
     sum_over_ranks,
 )
-from tailkit.distributed.topk import merge_logsumexp, merge_topk
 from tailkit.distributed.world import World, shard_range
 from tailkit.evaluation.topk import chunk_topk, rank_topk
+from tailkit.evaluation.topk_merge import merge_logsumexp, merge_topk
 from tailkit.plugins.losses.fused_softmax import adjusted_cross_entropy
 
 C, BLOCK, B = 13, 4, 6  # 4 blocks: at W = 2 the shards hold 8 and 5 labels

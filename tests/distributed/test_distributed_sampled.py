@@ -5,7 +5,7 @@ rows it owns and the logits are summed over the ranks (tailkit/training/loop.py
 ``sampled_input``), so after two epochs the layer, the encoder and the learning curve equal one
 process's, in float64, for the uniform (shared and per example), in-batch and tree samplers
 with sampled softmax and Bamler–Mandt negative sampling; the tree's per-row correction in
-validation runs row-sharded (tailkit/distributed/predict.py) and gives the same curve.
+validation runs row-sharded (tailkit/evaluation/predict_sharded.py) and gives the same curve.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import pytest
 import torch
 from spawn_world import run_world
 
-from tailkit.distributed.layer import shard_layer, whole_layer
 from tailkit.distributed.world import World
 from tailkit.errors import InvalidParameterError
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.shards import shard_layer, whole_layer
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.registry import make_registry
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 
 C, BLOCK, N, D = 13, 4, 96, 6
 

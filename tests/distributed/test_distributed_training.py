@@ -20,15 +20,15 @@ from conftest import TINY_PARAMS, make_project, run
 from spawn_world import run_world
 
 from tailkit.distributed.launch import joined_world
-from tailkit.distributed.layer import shard_layer, whole_layer
 from tailkit.distributed.world import World
 from tailkit.errors import InvalidParameterError
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.shards import shard_layer, whole_layer
 from tailkit.params import DistributedParams
 from tailkit.registry import make_registry
 from tailkit.storage import tensorfile
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 
 C, BLOCK, N, D = 13, 4, 96, 6
 
@@ -284,9 +284,9 @@ def test_kill_9_of_one_rank_ends_the_job_and_dvc_repro_resumes_to_the_same_model
 
 
 def _predictions(world: World) -> None:
-    from tailkit.distributed.predict import predict_sharded
     from tailkit.evaluation.correction import PredictionContext
     from tailkit.evaluation.predict import predict
+    from tailkit.evaluation.predict_sharded import predict_sharded
     from tailkit.training.loop import log_prior_from_counts
 
     registry = make_registry()

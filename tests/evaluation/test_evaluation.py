@@ -32,8 +32,8 @@ from tailkit.evaluation.predict import (
 from tailkit.evaluation.results import write_margin_cdfs
 from tailkit.evaluation.topk import chunk_topk, chunked_topk, merge_topk
 from tailkit.groups import GroupThresholds
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.models.linear import Linear
-from tailkit.training.output_layer import OutputLayer
 
 
 class _Plain(Loss):

@@ -21,6 +21,7 @@ from tailkit.components import RawData
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.evaluation.metrics import inverse_propensity
 from tailkit.labels import LabelSets
+from tailkit.output.output_layer import OutputLayer
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.plugins.losses.decoupled import Decoupled
@@ -32,7 +33,6 @@ from tailkit.storage.feature_cache import read_features, write_features
 from tailkit.storage.label_table import read_label_table
 from tailkit.storage.splits import read_meta, read_split
 from tailkit.testing.batches import full_batch
-from tailkit.training.output_layer import OutputLayer
 from tailkit.training.step_batch import sampled_input
 
 SETS = [[2, 0], [], [1], [3, 1, 0], [4], [], [0, 4]]

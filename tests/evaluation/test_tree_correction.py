@@ -19,10 +19,10 @@ from tailkit.components import Loss
 from tailkit.evaluation import predict as predict_module
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.models.linear import Linear
 from tailkit.testing.trees import random_tree
-from tailkit.training.output_layer import OutputLayer
 
 
 def _setup(num_classes: int, rows: int, dim: int = 6, seed: int = 0):

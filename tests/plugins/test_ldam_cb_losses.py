@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from tailkit.errors import InvalidParameterError
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.losses.class_balanced import ClassBalancedLoss, class_balanced_weights
 from tailkit.plugins.losses.ldam import LDAM, ldam_margins
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.testing import check_loss, check_options
 from tailkit.testing.batches import full_batch
-from tailkit.training.output_layer import OutputLayer
 from tailkit.validation import validate_options
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

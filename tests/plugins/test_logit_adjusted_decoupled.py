@@ -17,6 +17,7 @@ from scipy import stats
 
 from tailkit.components import Batch
 from tailkit.evaluation.correction import PredictionContext
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.losses.decoupled import Decoupled, SampledDecoupled
 from tailkit.plugins.losses.logit_adjusted import BalancedSoftmax, LogitAdjusted
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
@@ -25,7 +26,6 @@ from tailkit.plugins.models.mlp import MLP
 from tailkit.plugins.samplers.in_batch import InBatchSampler
 from tailkit.plugins.samplers.model_based import ModelBasedSampler
 from tailkit.testing.batches import full_batch, sampled_batch
-from tailkit.training.output_layer import OutputLayer
 
 SEEDS = [0, 1, 2]
 DTYPES = [torch.float32, torch.float64]
@@ -481,7 +481,7 @@ def test_cosine_output_layer_scores_are_scaled_cosines_and_update_rows_only() ->
     # The bias takes no part: it gets no gradient and the optimiser leaves it alone.
     logits.sum().backward()
     assert rows.bias.grad is None and rows.weight.grad is not None
-    from tailkit.training.optim import RowSparseAdagrad
+    from tailkit.output.optim import RowSparseAdagrad
 
     opt = RowSparseAdagrad(lr=0.1)
     opt.attach(layer, [])

@@ -9,6 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from tailkit.errors import InvalidParameterError
+from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.schedules import Schedule
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.resnet import CIFAR10_MEAN, CIFAR10_STD, ResNet32, option_a_shortcut
@@ -17,9 +20,6 @@ from tailkit.registry import make_registry
 from tailkit.training import augment
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
-from tailkit.training.schedules import Schedule
 from tailkit.validation import validate_options
 
 

@@ -13,6 +13,8 @@ import scipy.sparse as sp
 import torch
 
 from tailkit.errors import DataValidationError, InvalidParameterError
+from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.featurizers.geocells import GeoCells
 from tailkit.plugins.featurizers.tfidf import Tfidf
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
@@ -24,8 +26,6 @@ from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.sparse import SparseRows, check_rows
 from tailkit.storage.feature_cache import read_features, write_features
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
 
 
 def _csr(n: int, d: int, density: float = 0.1, seed: int = 0) -> sp.csr_matrix:

@@ -125,13 +125,13 @@ def test_auto_checkpoints_are_counted_from_the_state_the_loop_saves(tmp_path):
     Adagrad's accumulators, encoder, loss), and writes at that interval."""
     import torch
 
+    from tailkit.output.optim import RowSparseAdagrad
+    from tailkit.output.output_layer import OutputLayer
     from tailkit.plugins.losses.softmax import SoftmaxCE
     from tailkit.plugins.models.linear import Linear
     from tailkit.training.cadence import BYTE_WORK
     from tailkit.training.checkpoint import Checkpointer
     from tailkit.training.loop import LoopConfig, train
-    from tailkit.training.optim import RowSparseAdagrad
-    from tailkit.training.output_layer import OutputLayer
 
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(400, 6, generator=g), torch.randint(0, 50, (400,), generator=g)

@@ -8,12 +8,12 @@ import copy
 import pytest
 import torch
 
+from tailkit.output.optim import RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.plugins.models.resnet import ResNet32
 from tailkit.training.cuda_graph import GraphedEncoder, wants_graphs
 from tailkit.training.loop import LoopConfig, _graph_samples, train
-from tailkit.training.optim import RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -15,6 +15,8 @@ from test_training import D, _run
 from tailkit.evaluation import predict as predict_module
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import predict
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.sparse_rows import apply_row_adagrad
 from tailkit.plugins.losses.negative_sampling import NegativeSampling
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
 from tailkit.plugins.models.linear import Linear
@@ -23,8 +25,6 @@ from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.registry import make_registry
 from tailkit.testing.batches import sampled_batch
 from tailkit.testing.trees import random_tree
-from tailkit.training.output_layer import OutputLayer
-from tailkit.training.sparse_rows import apply_row_adagrad
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

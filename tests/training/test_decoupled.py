@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tailkit.errors import InvalidParameterError
+from tailkit.output.output_layer import OutputLayer
 from tailkit.params import parse_params
 from tailkit.paths import Layout
 from tailkit.pipeline import predict_new_rows as predicting
@@ -17,7 +18,6 @@ from tailkit.registry import make_registry
 from tailkit.stages import download, evaluate, featurize, subsample, train, train_decoupled
 from tailkit.storage import tensorfile
 from tailkit.training.decoupled import TAU_GRID, tau_normalised
-from tailkit.training.output_layer import OutputLayer
 
 REGISTRY = make_registry()
 ADAGRAD = {"name": "adagrad", "lr": 0.1}

@@ -9,10 +9,10 @@ from test_training import _run
 
 from tailkit.errors import TrainingDivergedError
 from tailkit.pipeline.artifacts import save_model
-from tailkit.pipeline.finite import first_non_finite
 from tailkit.plugins.losses.softmax import SoftmaxCE
 from tailkit.storage.atomic import atomic_dir
 from tailkit.training.checkpoint import Checkpointer
+from tailkit.training.finite import first_non_finite
 
 STEPS = 30  # _run: three epochs of ten batches
 

@@ -16,6 +16,8 @@ from scipy.stats import chisquare
 from tailkit.components import FullBatch
 from tailkit.errors import InvalidParameterError
 from tailkit.labels import LabelSets
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
 from tailkit.params import parse_params
 from tailkit.pipeline.experiment import check_components, check_row_sampling
 from tailkit.plugins.losses.softmax import SoftmaxCE
@@ -23,8 +25,6 @@ from tailkit.plugins.models.linear import Linear
 from tailkit.registry import get_registry
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 from tailkit.training.row_sampling import ROW_SAMPLINGS, RowSampler
 
 # 12 classes of 1 to 2,000 rows and two with none (ids 5 and 11, the last).

@@ -13,9 +13,9 @@ import numba
 import pytest
 import torch
 
+from tailkit.output.output_layer import per_row_hits, shared_hits
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax, _CompiledSampledSoftmax
 from tailkit.testing.batches import sampled_batch
-from tailkit.training.output_layer import per_row_hits, shared_hits
 
 
 def _batch(rows: int, m: int, classes: int, shared: bool, seed: int, dtype=torch.float32):

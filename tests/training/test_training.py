@@ -7,6 +7,8 @@ import torch
 
 from tailkit.components import FullBatch, Loss
 from tailkit.errors import InvalidParameterError, TrainingDivergedError
+from tailkit.output.optim import RowSparseAdagrad
+from tailkit.output.output_layer import OutputLayer
 from tailkit.params import Params, parse_params
 from tailkit.pipeline.experiment import batch_mode, build_objective
 from tailkit.plugins.losses.sampled_softmax import SampledSoftmax
@@ -18,8 +20,6 @@ from tailkit.plugins.samplers.uniform import UniformSampler
 from tailkit.registry import batch_modes, get_registry, make_registry
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import LoopConfig, train
-from tailkit.training.optim import RowSparseAdagrad
-from tailkit.training.output_layer import OutputLayer
 
 C, D = 12, 10
 

@@ -12,7 +12,7 @@ Hence ``sparse_grad``: with it the backward pass returns a sparse gradient touch
 batch's columns, so a step costs O(nnz·h) instead of O(D·h); but a sparse update costs more
 per element than a dense pass, so for a narrow vocabulary the dense gradient is faster. The
 default (``None``) picks sparse from ``SPARSE_GRAD_COLUMNS`` columns on. tailkit's Adagrad and
-plain SGD update such a table row by row in one compiled pass (tailkit/training/sparse_rows.py:
+plain SGD update such a table row by row in one compiled pass (tailkit/output/sparse_rows.py:
 4 ms against torch's Adagrad's 13–17 ms a step on the default GeoNames run); SGD with momentum
 leaves it to torch's sparse update. That row update moved the crossover below the bag-alone
 measurement above: on the synthetic XC set (30,000 columns, B = 256, h = 256, Adagrad) a dense

@@ -13,7 +13,7 @@ row at every step, so the output layer then gets the dense update, exactly what
 ``torch.optim.SGD`` does to a parameter; a *sampled* loss with momentum or weight decay is
 refused before the first step (a lazy update would be an approximation, not that optimiser).
 
-Every optimiser takes a ``schedule`` (:mod:`tailkit.training.schedules`: linear warmup, then
+Every optimiser takes a ``schedule`` (:mod:`tailkit.output.schedules`: linear warmup, then
 step decays or cosine) that multiplies ``lr`` as a function of the step, so a resumed run
 continues on the same curve. Encoder parameters, when a model has any, get the torch optimiser
 of the same name with the same lr, momentum and weight decay.
@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 import torch
 
 from tailkit.errors import InvalidParameterError
-from tailkit.training.output_layer import OutputLayer, Rows
-from tailkit.training.schedules import Schedule, ScheduleSpec
-from tailkit.training.sparse_rows import apply_dense_adagrad, apply_row_adagrad, apply_sparse_step
+from tailkit.output.output_layer import OutputLayer, Rows
+from tailkit.output.schedules import Schedule, ScheduleSpec
+from tailkit.output.sparse_rows import apply_dense_adagrad, apply_row_adagrad, apply_sparse_step
 from tailkit.validation import Interval
 
 
@@ -88,7 +88,7 @@ class RowSparseOptimizer:
         ``sparse`` says the loss is sampled (row-sparse steps); ``sparse_tables`` are the
         encoder parameters (among ``encoder_params``) that get sparse gradients, the tables of
         ``EmbeddingBag(sparse=True)`` input layers, which this optimiser updates row by row
-        (:mod:`tailkit.training.sparse_rows`) where it can; ``owner`` is the params key of
+        (:mod:`tailkit.output.sparse_rows`) where it can; ``owner`` is the params key of
         this optimiser for error messages.
         """
         if sparse:

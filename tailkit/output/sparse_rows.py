@@ -14,7 +14,7 @@ while the row is in cache.
 The arithmetic is torch's: g = Σ duplicates, a ← a + g·g, w ← w − lr·g/(√a + ε), each step
 rounded on its own (no fused multiply-add, so no instruction set changes a value). It is not
 bit-identical to torch's, whose coalesce sums duplicates in another order and whose update
-rounds differently; tests/training/test_sparse_rows.py compares it with ``torch.optim.Adagrad`` and
+rounds differently; tests/output/test_sparse_rows.py compares it with ``torch.optim.Adagrad`` and
 ``SGD`` on the same gradients, and with a float64 formula.
 Each row is summed and updated by one thread in a fixed order, so the result does not depend
 on the thread count. Off the CPU the same update runs as torch ops.
@@ -92,7 +92,7 @@ def apply_dense_adagrad(
     temporary as large: 2.4 ms a step for the synthetic XC set's 10,000 × 256 layer on the
     2-core AVX-512 machine, where this one pass takes 0.7 ms. Its values differ from torch's in the
     last bit now and then (torch's vectorised float32 ``sqrt`` is not always correctly rounded,
-    and its ``addcmul_`` fuses the multiply-add); tests/training/test_sparse_rows.py compares both with
+    and its ``addcmul_`` fuses the multiply-add); tests/output/test_sparse_rows.py compares both with
     a float64 formula.
     """
     with torch.no_grad():

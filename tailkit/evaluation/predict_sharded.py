@@ -18,13 +18,13 @@ import torch
 import torch.distributed as dist
 
 from tailkit.components import Encoder, Loss
-from tailkit.distributed.layer import whole_layer
 from tailkit.distributed.ops import all_gather_rows
-from tailkit.distributed.topk import merge_logsumexp, merge_topk
 from tailkit.distributed.world import World
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.evaluation.predict import Predictions, predict
-from tailkit.training.output_layer import OutputLayer
+from tailkit.evaluation.topk_merge import merge_logsumexp, merge_topk
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.shards import whole_layer
 
 
 def _merged(part: Predictions, k: int, world: World) -> Predictions:

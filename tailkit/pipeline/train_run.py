@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from tailkit.distributed.layer import whole_layer
-from tailkit.distributed.plan import check_step_fits
 from tailkit.distributed.world import World
 from tailkit.errors import ComponentFault
 from tailkit.evaluation.correction import correction_work_per_label
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.shards import whole_layer
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import load_sampler
@@ -29,15 +29,15 @@ from tailkit.pipeline.experiment import (
     check_support,
     feature_dir,
 )
+from tailkit.pipeline.run_plan import loop_config, validation_plan
+from tailkit.pipeline.saved_run import run_info, run_timing, save_run
 from tailkit.registry import Registry
 from tailkit.storage.checksum import params_hash
 from tailkit.storage.feature_cache import read_features
 from tailkit.storage.splits import read_meta
 from tailkit.training.checkpoint import Checkpointer
 from tailkit.training.loop import train
-from tailkit.training.output_layer import OutputLayer
-from tailkit.training.run_plan import loop_config, validation_plan
-from tailkit.training.saved_run import run_info, run_timing, save_run
+from tailkit.training.plan import check_step_fits
 
 
 def train_experiment(
@@ -51,7 +51,7 @@ def train_experiment(
     progress: Callable[[int, int, dict[str, float]], None] | None,
 ) -> dict[str, Any]:
     """Train one experiment of tailkit's loop on this process's share of the labels and, on
-    rank 0, save the run (:mod:`tailkit.training.saved_run`); returns its timing."""
+    rank 0, save the run (:mod:`tailkit.pipeline.saved_run`); returns its timing."""
     seed = params.base.seed
     torch.manual_seed(seed)  # before building: encoders and losses may draw their init
     loss, optimizer = build_objective(params, experiment, registry)

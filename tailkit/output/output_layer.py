@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from tailkit.distributed.chunked_logits import ChunkedLogits, RowsUpdate
 from tailkit.distributed.world import ONE_PROCESS, World
-from tailkit.training.cosine_kernels import project_rows
+from tailkit.output.cosine_kernels import project_rows
 
 
 def _norms(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,7 +174,7 @@ class _PerExampleScores(torch.autograd.Function):
     """The positive logits (B,) and per-example negative logits (B, m) of the gathered rows
     ``weight`` (rows, d) and ``bias`` (rows,), as the torch ops of :meth:`OutputLayer.sampled`
     compute them (the same values), with the rows' gradient from one compiled pass
-    (tailkit/training/row_gradient_kernels.py: autograd's sums bit for bit, without its three
+    (tailkit/output/row_gradient_kernels.py: autograd's sums bit for bit, without its three
     dense temporary tables). The embeddings' gradient is the torch ops' own two parts, added
     here; where the loss also takes a gradient of the embeddings elsewhere, autograd adds that
     to this sum instead of to each part in turn, which can move z's gradient in its last bits
@@ -200,7 +200,7 @@ class _PerExampleScores(torch.autograd.Function):
     def backward(
         ctx: Any, grad_pos: torch.Tensor, grad_neg: torch.Tensor
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, None, None]:
-        from tailkit.training.row_gradient_kernels import per_example_rows_gradient
+        from tailkit.output.row_gradient_kernels import per_example_rows_gradient
 
         z, w_pos, w, pos_idx, neg_idx = ctx.saved_tensors
         z = z.detach()
@@ -230,11 +230,11 @@ def shared_hits(neg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     Found through the sorted draws, not a (B, m) broadcast compare: hits are rare, and torch
     runs the compare of a row against a column element by element (0.4 ms of a 5.7 ms step at
     B = m = 1,024, bench_step.py); here the cost is the sort and a (B, m) fill. On the CPU one
-    compiled pass (tailkit/training/hit_kernels.py); elsewhere torch ops.
+    compiled pass (tailkit/output/hit_kernels.py); elsewhere torch ops.
     """
     batch, m = labels.shape[0], neg.shape[0]
     if _compiled_hits(neg, labels):
-        from tailkit.training.hit_kernels import shared_hit_mask
+        from tailkit.output.hit_kernels import shared_hit_mask
 
         out = torch.empty(batch, m, dtype=torch.bool)
         shared_hit_mask(neg.contiguous().numpy(), labels.contiguous().numpy(), out.numpy())
@@ -256,7 +256,7 @@ def per_row_hits(neg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """(B, m) bool: True where the row's own draw ``neg[i, j]`` equals ``labels[i]``; compiled
     on the CPU, where torch's broadcast compare runs element by element."""
     if _compiled_hits(neg, labels):
-        from tailkit.training.hit_kernels import per_row_hit_mask
+        from tailkit.output.hit_kernels import per_row_hit_mask
 
         out = torch.empty(neg.shape, dtype=torch.bool)
         per_row_hit_mask(neg.contiguous().numpy(), labels.contiguous().numpy(), out.numpy())
@@ -274,9 +274,9 @@ def _compiled_hits(neg: torch.Tensor, labels: torch.Tensor) -> bool:
 
 def unique_ids(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.unique(values, return_inverse=True)`` for (n,) label ids: on the CPU, for int64,
-    by a compiled radix sort (tailkit/training/unique_kernels.py), the same result."""
+    by a compiled radix sort (tailkit/output/unique_kernels.py), the same result."""
     if values.device.type == "cpu" and values.dtype == torch.int64 and values.dim() == 1:
-        from tailkit.training.unique_kernels import unique_inverse
+        from tailkit.output.unique_kernels import unique_inverse
 
         ids, inverse = unique_inverse(values.contiguous().numpy())
         return torch.from_numpy(ids), torch.from_numpy(inverse)
@@ -302,7 +302,7 @@ def _skip_uniform(count: int, generator: torch.Generator | None) -> None:
     """Advance ``generator`` past ``count`` uniform float32 draws, a bounded block at a time.
 
     The CPU generator's uniform draws are one per element in order, however a tensor is cut
-    (tests/training/test_output_layer_shard.py), so a shard that draws the rows before its own and
+    (tests/output/test_output_layer_shard.py), so a shard that draws the rows before its own and
     throws them away gets the whole layer's bits for its rows; this costs the time of drawing
     them, not their memory."""
     scratch = torch.empty(min(count, 1 << 22))
@@ -358,7 +358,7 @@ class OutputLayer:
         self.bias = torch.full((stop - start,), float(initial_bias), device=device)
         self.cosine_scale = cosine_scale
         # A label shard of a sharded run (``rows``: its [start, stop)) holds rows label_start …
-        # of total_classes labels (tailkit/distributed/layer.py); a whole layer holds them all.
+        # of total_classes labels (tailkit/output/shards.py); a whole layer holds them all.
         self.label_start = start
         self.total_classes = num_classes
 

@@ -1,4 +1,4 @@
-"""The row-by-row update of sparse input tables (tailkit/training/sparse_rows.py) against torch's
+"""The row-by-row update of sparse input tables (tailkit/output/sparse_rows.py) against torch's
 optimisers, an independent dense formula, and itself under another thread count."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from tailkit.plugins.models.sparse import SparseLinear
-from tailkit.sparse import SparseRows
-from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
-from tailkit.training.sparse_rows import (
+from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
+from tailkit.output.sparse_rows import (
     _torch_update,
     apply_dense_adagrad,
     apply_row_adagrad,
     apply_sparse_step,
 )
+from tailkit.plugins.models.sparse import SparseLinear
+from tailkit.sparse import SparseRows
 
 ROWS, WIDTH = 500, 12
 

@@ -17,12 +17,12 @@ from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import LEARNER_FILES, MODEL_INFO
 from tailkit.pipeline.codehash import experiment_code
 from tailkit.pipeline.experiment import build_model, check_components, feature_dir
+from tailkit.pipeline.saved_run import run_info, run_timing, save_run
 from tailkit.registry import Registry
 from tailkit.storage.atomic import atomic_dir, write_json
 from tailkit.storage.feature_cache import read_features
 from tailkit.storage.splits import read_meta
 from tailkit.training.loop import validation_rows, validation_scores
-from tailkit.training.saved_run import run_info, run_timing, save_run
 
 
 def fit_learner(

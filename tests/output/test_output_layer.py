@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
+from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
 
 
 def _layer(c=50, d=8, seed=0):
@@ -145,7 +145,7 @@ def test_cosine_logits_gradients_equal_autograd_normalize(dtype: torch.dtype) ->
     cosine_kernels; float64: torch) against autograd through ``zs @ F.normalize(w).T`` in
     float64, with a row of norm below ε (the clamp binds: its gradient is G/ε, no projection)
     and rows of very different norms."""
-    from tailkit.training.output_layer import _CosineLogits
+    from tailkit.output.output_layer import _CosineLogits
 
     g = torch.Generator().manual_seed(4)
     c, d, b = 700, 24, 9
@@ -171,9 +171,9 @@ def _per_example_step(
     compiled, monkeypatch, *, classes, rows, m, d, dtype, z_grad=True, shard=None
 ):
     """Scores, the gathered rows' gradients and z's gradient of one per-example sampled step
-    with the compiled rows gradient (tailkit/training/row_gradient_kernels.py) or without;
+    with the compiled rows gradient (tailkit/output/row_gradient_kernels.py) or without;
     z is an encoder's output (not a leaf), its input's gradient is returned."""
-    from tailkit.training import output_layer
+    from tailkit.output import output_layer
 
     layer = OutputLayer(classes, d, generator=torch.Generator().manual_seed(1), rows=shard)
     layer.weight, layer.bias = layer.weight.to(dtype), layer.bias.to(dtype)
@@ -231,7 +231,7 @@ def test_per_example_rows_gradient_on_a_label_shard_is_autograds(monkeypatch) ->
 
 
 def test_per_example_rows_gradient_passes_gradcheck() -> None:
-    from tailkit.training.output_layer import _PerExampleScores
+    from tailkit.output.output_layer import _PerExampleScores
 
     g = torch.Generator().manual_seed(3)
     z = torch.randn(5, 3, generator=g, dtype=torch.float64, requires_grad=True)
@@ -273,8 +273,8 @@ def test_per_example_rows_gradient_is_the_same_on_one_thread_and_on_all(monkeypa
     ],
 )
 def test_unique_ids_are_torch_uniques(n, low, high):
-    from tailkit.training.output_layer import unique_ids
-    from tailkit.training.unique_kernels import unique_inverse
+    from tailkit.output.output_layer import unique_ids
+    from tailkit.output.unique_kernels import unique_inverse
 
     g = torch.Generator().manual_seed(n)
     values = torch.randint(low, high, (n,), generator=g)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tailkit.training.output_layer import OutputLayer
+from tailkit.output.output_layer import OutputLayer
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,12 @@ import torch
 
 from tailkit.components import Loss
 from tailkit.evaluation.correction import PredictionContext
+from tailkit.output.output_layer import OutputLayer
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import MODEL_WEIGHTS
 from tailkit.pipeline.codehash import experiment_code, module_fingerprint
+from tailkit.pipeline.run_plan import loop_config, validation_plan
 from tailkit.pipeline.trained import Trained
 from tailkit.registry import Registry
 from tailkit.storage.checksum import params_hash
@@ -35,9 +37,7 @@ from tailkit.training.decoupled import (
     tau_normalised,
 )
 from tailkit.training.loop import log_prior_from_counts, train
-from tailkit.training.output_layer import OutputLayer
 from tailkit.training.row_sampling import RowSampler
-from tailkit.training.run_plan import loop_config, validation_plan
 
 
 @dataclass

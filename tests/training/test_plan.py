@@ -9,10 +9,10 @@ import torch
 from click.testing import CliRunner
 
 from tailkit.cli import cli
-from tailkit.distributed.plan import plan
 from tailkit.distributed.world import shard_range
-from tailkit.training.optim import RowSparseAdagrad, RowSparseSGD
-from tailkit.training.output_layer import OutputLayer
+from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
+from tailkit.output.output_layer import OutputLayer
+from tailkit.training.plan import plan
 
 
 def _held(layer: OutputLayer, optimizer) -> tuple[int, int]:
@@ -80,8 +80,8 @@ def test_tailkit_plan_prints_text_and_json() -> None:
 def test_a_step_larger_than_the_machine_is_refused_in_one_line() -> None:
     """negatives: 2^31 − 1 at B = 512 plans terabytes of logits: refused naming the setting
     and the plan that says so, before torch is asked for them; a step that fits passes."""
-    from tailkit.distributed.plan import check_step_fits
     from tailkit.errors import InvalidParameterError
+    from tailkit.training.plan import check_step_fits
 
     cpu = torch.device("cpu")
     setting = {"num_classes": 3875, "dim": 128, "batch_size": 512, "nproc": 1, "device": cpu}

@@ -14,7 +14,7 @@ import torch
 
 from tailkit.distributed.ops import all_gather_rows
 from tailkit.distributed.world import LABEL_BLOCK, World
-from tailkit.training.output_layer import OutputLayer
+from tailkit.output.output_layer import OutputLayer
 
 
 def shard_layer(layer: OutputLayer, world: World, block: int = LABEL_BLOCK) -> OutputLayer:

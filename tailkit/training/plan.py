@@ -23,8 +23,8 @@ import torch
 from tailkit.distributed.chunked_logits import chunk_width
 from tailkit.distributed.world import LABEL_BLOCK, shard_range
 from tailkit.errors import InvalidParameterError
-from tailkit.training.optim import OPTIMIZERS
-from tailkit.training.output_layer import OutputLayer
+from tailkit.output.optim import OPTIMIZERS
+from tailkit.output.output_layer import OutputLayer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

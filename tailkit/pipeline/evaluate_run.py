@@ -10,13 +10,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tailkit.distributed.layer import shard_layer
-from tailkit.distributed.predict import predict_sharded
 from tailkit.distributed.world import World
 from tailkit.errors import InvalidParameterError
 from tailkit.evaluation.embeddings import class_diameters, diameter_summary, embed, pick_rows
 from tailkit.evaluation.metrics import margin_summary
 from tailkit.evaluation.predict import Predictions
+from tailkit.evaluation.predict_sharded import predict_sharded
 from tailkit.evaluation.results import (
     Scored,
     f1_of,
@@ -26,6 +25,7 @@ from tailkit.evaluation.results import (
 )
 from tailkit.labels import LabelSets
 from tailkit.native.device import resolve_device
+from tailkit.output.shards import shard_layer
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.experiment import feature_dir, trains_itself
