@@ -15,8 +15,9 @@ refused before the first step (a lazy update would be an approximation, not that
 
 Every optimiser takes a ``schedule`` (:mod:`tailkit.output.schedules`: linear warmup, then
 step decays or cosine) that multiplies ``lr`` as a function of the step, so a resumed run
-continues on the same curve. Encoder parameters, when a model has any, get the torch optimiser
-of the same name with the same lr, momentum and weight decay.
+continues on the same curve. Encoder parameters, when a model has any, get the step of the
+torch optimiser of the same name with the same lr, momentum and weight decay
+(:mod:`tailkit.output.dense_optim`, which leaves the parameters where torch's would).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from tailkit.errors import InvalidParameterError
+from tailkit.output.dense_optim import DenseAdagrad, DenseOptimizer, DenseSGD
 from tailkit.output.output_layer import OutputLayer, Rows
 from tailkit.output.schedules import Schedule, ScheduleSpec
 from tailkit.output.sparse_rows import apply_dense_adagrad, apply_row_adagrad, apply_sparse_step
@@ -61,7 +63,7 @@ class RowSparseOptimizer:
         self.schedule = Schedule.from_spec(schedule, "optimizer.schedule")
         self.steps_per_epoch = 1
         self.total_steps: int | None = None
-        self.dense: torch.optim.Optimizer | None = None
+        self.dense: DenseOptimizer | torch.optim.Optimizer | None = None
         self.sparse_tables: list[torch.Tensor] = []
 
     def learning_rate(self, step: int) -> float:
@@ -105,7 +107,9 @@ class RowSparseOptimizer:
         own = {id(p) for p in sparse_tables} if self._rows_exact() else set()
         self.sparse_tables = [p for p in encoder_params if id(p) in own]
         dense = [p for p in encoder_params if id(p) not in own]
-        self.dense = self._dense_optimizer(dense) if dense else None
+        tables = {id(p) for p in sparse_tables}
+        sparse_left = any(id(p) in tables for p in dense)
+        self.dense = self._dense_optimizer(dense, sparse_left) if dense else None
 
     def _rows_exact(self) -> bool:
         """Whether a sparse table's row-by-row update is this optimiser's exact update."""
@@ -114,7 +118,11 @@ class RowSparseOptimizer:
     def _check_sparse(self, owner: str) -> None:
         """Raise when this optimiser is not exact under row-sparse (lazy) updates."""
 
-    def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    def _dense_optimizer(
+        self, params: list[torch.nn.Parameter], sparse: bool
+    ) -> DenseOptimizer | torch.optim.Optimizer:
+        """The optimiser of the encoder's ``params`` (``sparse``: some get sparse gradients
+        this optimiser does not step row by row)."""
         raise NotImplementedError
 
     def step(self, rows: Rows, step: int) -> None:
@@ -229,8 +237,12 @@ class RowSparseSGD(RowSparseOptimizer):
             else {}
         )
 
-    def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.SGD(
+    def _dense_optimizer(
+        self, params: list[torch.nn.Parameter], sparse: bool
+    ) -> DenseOptimizer | torch.optim.Optimizer:
+        factory = torch.optim.SGD if sparse else DenseSGD
+        # sparse: a sparse gradient's momentum buffer is sparse, which torch's own handles
+        return factory(
             params,
             lr=self.lr,
             momentum=self.momentum,
@@ -312,8 +324,11 @@ class RowSparseAdagrad(RowSparseOptimizer):
     def _update_table(self, i: int, table: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
         apply_sparse_step(table.data, grad, lr, acc=self.acc_tables[i], eps=self.eps)
 
-    def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.Adagrad(
+    def _dense_optimizer(
+        self, params: list[torch.nn.Parameter], sparse: bool
+    ) -> DenseOptimizer | torch.optim.Optimizer:
+        # never sparse: a sparse table's Adagrad rows are exact (_rows_exact), stepped apart
+        return DenseAdagrad(
             params, lr=self.lr, eps=self.eps, initial_accumulator_value=self.initial_accumulator
         )
 
