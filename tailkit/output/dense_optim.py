@@ -24,10 +24,11 @@ import torch
 class DenseOptimizer:
     """One parameter group stepped in place; what :class:`~tailkit.output.optim.Optimizer`
     uses of a torch optimiser: ``param_groups[...]["lr"]``, ``step``, ``zero_grad``,
-    ``state_dict`` and ``load_state_dict``."""
+    ``state_dict`` and ``load_state_dict``, and the ``defaults`` a reader may check."""
 
     def __init__(self, params: list[torch.nn.Parameter], **hyper: Any) -> None:
         self.params = list(params)
+        self.defaults = dict(hyper)  # as torch's optimisers name their settings
         self.param_groups = [{**hyper, "params": self.params}]
         self.state: dict[int, dict[str, Any]] = {}
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 
 import pytest
 import torch
@@ -129,15 +128,13 @@ def test_an_epochs_rows_are_a_function_of_seed_and_epoch(mode):
     assert not torch.equal(a, RowSampler(mode, labels, C, 4).epoch_rows(2, 2))
 
 
-def test_a_million_classes_and_two_million_rows_draw_in_well_under_a_second_or_so():
-    """No Python loop over rows or classes: the draw is a few vectorised passes."""
+def test_a_million_classes_and_two_million_rows_draw_only_from_classes_with_rows():
+    """At the million-labels study's size, half the classes empty: every drawn row belongs to
+    a class that has rows. (How fast: benchmarks, not a timed test.)"""
     g = torch.Generator().manual_seed(0)
     classes, rows = 10**6, 2 * 10**6
     labels = torch.randint(classes // 2, (rows,), generator=g) * 2  # odd classes are empty
-    start = time.perf_counter()
-    sampler = RowSampler("square-root", labels, classes, 3)
-    drawn = sampler.epoch_rows(0, 1)
-    assert time.perf_counter() - start < 20  # about 0.5 s on a 2-core CPU
+    drawn = RowSampler("square-root", labels, classes, 3).epoch_rows(0, 1)
     assert len(drawn) == rows and bool((labels[drawn] % 2 == 0).all())
 
 
