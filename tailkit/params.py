@@ -202,6 +202,34 @@ class ExperimentParams:
 
 
 @dataclass(frozen=True)
+class ResolvedExperiment:
+    """One experiment as its stages run it: :class:`ExperimentParams` with the train section's
+    defaults filled in (``epochs``, ``batch_size``, ``max_steps``, ``row_sampling``), typed and
+    frozen. ``model.json`` and the checkpoints record :meth:`as_dict`; the objective, model
+    and provenance are built from it by :mod:`tailkit.pipeline.experiment` (methods here would
+    make the settings import the registry, a layer above them)."""
+
+    sampler: str
+    features: str
+    loss: dict[str, Any] | None
+    optimizer: dict[str, Any] | None
+    model: dict[str, Any]
+    negatives: int
+    epochs: float
+    batch_size: int
+    max_steps: int | None
+    row_sampling: RowSampling
+    decoupled: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as JSON holds them (a one-stage experiment has no ``decoupled``)."""
+        out = dataclasses.asdict(self)
+        if out["decoupled"] is None:
+            del out["decoupled"]
+        return out
+
+
+@dataclass(frozen=True)
 class DecoupledParams:
     """A second stage (Kang et al., "Decoupling Representation and Classifier for Long-Tailed
     Recognition", ICLR 2020): the encoder of experiment ``init_from``, frozen, and its
@@ -303,16 +331,13 @@ class Params:
             )
         return self.experiments[name]
 
-    def resolved(self, name: str) -> dict[str, Any]:
+    def resolved(self, name: str) -> ResolvedExperiment:
         """An experiment's settings with the train defaults filled in."""
-        exp = self.experiment(name)
-        out = dataclasses.asdict(exp)
+        out = dataclasses.asdict(self.experiment(name))
         for key in ("epochs", "batch_size", "max_steps", "row_sampling"):
             if out[key] is None:
                 out[key] = getattr(self.train, key)
-        if out["decoupled"] is None:  # a one-stage experiment's settings stay as they were
-            del out["decoupled"]
-        return out
+        return ResolvedExperiment(**out)
 
 
 _SECTIONS = {

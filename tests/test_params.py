@@ -18,7 +18,7 @@ DEFAULT = yaml.safe_load((ROOT / "params.yaml").read_text())
 def test_committed_params_are_valid():
     params = load_params(ROOT / "params.yaml")
     assert len(params.experiments) >= 4
-    assert params.resolved("softmax")["epochs"] == params.train.epochs
+    assert params.resolved("softmax").epochs == params.train.epochs
 
 
 def _with(path: str, value):

@@ -85,7 +85,7 @@ def check_made_for(directory: Path, info: dict, params: Params, run: str, code: 
             f"{directory}: this model was trained for {info.get('experiment')!r}, not "
             f"{run!r}; {fix}"
         )
-    now = json.loads(json.dumps(params.resolved(run)))  # as the model's JSON holds them
+    now = json.loads(json.dumps(params.resolved(run).as_dict()))  # as the model's JSON holds them
     then = info.get("settings") or {}
     changed = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
     if changed:

@@ -195,11 +195,11 @@ def experiment_code(params: Any, registry: Any, experiment: str) -> dict[str, An
     """The fingerprints of an experiment's loss, model and sampler components, and one hash
     of all three: what ``train@<experiment>`` and ``evaluate@<experiment>`` depend on."""
     settings = params.resolved(experiment)
-    specs = {"loss": ("losses", settings["loss"]), "model": ("models", settings["model"])}
-    if settings["loss"] is None:  # a model that trains itself has none
+    specs = {"loss": ("losses", settings.loss), "model": ("models", settings.model)}
+    if settings.loss is None:  # a model that trains itself has none
         del specs["loss"]
-    if settings["sampler"] in params.samplers:
-        specs["sampler"] = ("samplers", params.samplers[settings["sampler"]])
+    if settings.sampler in params.samplers:
+        specs["sampler"] = ("samplers", params.samplers[settings.sampler])
     out: dict[str, Any] = {}
     for role, (kind, spec) in specs.items():
         name = spec if isinstance(spec, str) else spec.get("name")

@@ -15,7 +15,7 @@ from tailkit.errors import InvalidParameterError
 from tailkit.native.arithmetic import provenance_record
 from tailkit.native.device import resolve_device
 from tailkit.output.optim import OPTIMIZERS
-from tailkit.params import NO_SAMPLER, Params
+from tailkit.params import NO_SAMPLER, Params, ResolvedExperiment
 from tailkit.paths import Layout
 from tailkit.pipeline.codehash import tool_versions
 from tailkit.registry import Registry
@@ -151,7 +151,7 @@ def check_row_sampling(params: Params, experiment: str, meta: dict) -> None:
 def _row_sampling(params: Params, experiment: str) -> tuple[str, str]:
     """The experiment's row sampling, and that value as an error message shows it: quoted, and
     marked when it comes from the ``train:`` default (setting it on the experiment is the fix)."""
-    rows = params.resolved(experiment)["row_sampling"]
+    rows = params.resolved(experiment).row_sampling
     shown = repr(rows)
     if params.experiment(experiment).row_sampling is None:
         shown += " (from train.row_sampling)"
@@ -183,23 +183,23 @@ def feature_dir(params: Params, layout: Layout, experiment: str) -> Path:
     return layout.feature_set(params.experiment(experiment).features)
 
 
-def provenance(params: Params, registry: Registry, settings: dict[str, Any]) -> dict[str, Any]:
+def provenance(params: Params, registry: Registry, settings: ResolvedExperiment) -> dict[str, Any]:
     """Which plugin distribution and version supplied each component of an experiment, so a
     metrics file (and ``dvc metrics diff``) records the code behind every number; and under
     ``arithmetic``, the mode, machine, device and numerical libraries that made its bits
     (:func:`tailkit.native.arithmetic.provenance_record`)."""
     out: dict[str, Any] = {
         "dataset": registry.provenance("datasets", params.dataset),
-        "featurizer": registry.provenance("featurizers", params.featurize[settings["features"]]),
-        "model": registry.provenance("models", settings["model"]),
+        "featurizer": registry.provenance("featurizers", params.featurize[settings.features]),
+        "model": registry.provenance("models", settings.model),
     }
-    if settings["loss"] is not None:
-        out["loss"] = registry.provenance("losses", settings["loss"])
-    model = registry.get("models", settings["model"]["name"], "model")
+    if settings.loss is not None:
+        out["loss"] = registry.provenance("losses", settings.loss)
+    model = registry.get("models", settings.model["name"], "model")
     for distribution, version in tool_versions(model.factory).items():
         out[distribution] = f"{distribution} {version}"
-    if settings["sampler"] != NO_SAMPLER:
-        out["sampler"] = registry.provenance("samplers", params.samplers[settings["sampler"]])
+    if settings.sampler != NO_SAMPLER:
+        out["sampler"] = registry.provenance("samplers", params.samplers[settings.sampler])
     out["arithmetic"] = provenance_record(resolve_device(params.base.device).type)
     return out
 

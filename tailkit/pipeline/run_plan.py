@@ -4,11 +4,9 @@ configuration and which validation rows its learning curve scores how often, sha
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from tailkit.params import Params
+from tailkit.params import Params, ResolvedExperiment
 from tailkit.training.cadence import ValidationSchedule, plan_validation, step_work
 from tailkit.training.loop import LoopConfig, validation_rows
 
@@ -16,7 +14,7 @@ from tailkit.training.loop import LoopConfig, validation_rows
 def loop_config(
     params: Params,
     experiment: str,
-    settings: dict[str, Any],
+    settings: ResolvedExperiment,
     *,
     num_classes: int,
     dim: int,
@@ -27,15 +25,15 @@ def loop_config(
     full one (the step's work, which the validation budget is a share of)."""
     return LoopConfig(
         experiment=experiment,
-        epochs=settings["epochs"],
-        batch_size=settings["batch_size"],
+        epochs=settings.epochs,
+        batch_size=settings.batch_size,
         negatives=negatives,
-        max_steps=settings["max_steps"],
+        max_steps=settings.max_steps,
         checkpoint_every=params.train.checkpoint_every,
         checkpoint_budget=params.train.checkpoint_budget,
-        step_work=step_work(settings["batch_size"], num_classes, dim, sampled_labels),
+        step_work=step_work(settings.batch_size, num_classes, dim, sampled_labels),
         seed=params.base.seed,
-        row_sampling=settings["row_sampling"],
+        row_sampling=settings.row_sampling,
         label_chunk=params.train.label_chunk,
         matmul=params.train.matmul,
     )

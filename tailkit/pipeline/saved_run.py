@@ -38,7 +38,7 @@ def run_info(
     settings = params.resolved(experiment)
     return {
         "experiment": experiment,
-        "settings": settings,
+        "settings": settings.as_dict(),
         # the code of its loss, model and sampler: evaluate refuses a model whose code has
         # moved on (pipeline/artifacts.py check_made_for)
         "code": code,

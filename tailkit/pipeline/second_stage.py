@@ -19,7 +19,7 @@ import torch
 from tailkit.components import Loss
 from tailkit.evaluation.correction import PredictionContext
 from tailkit.output.output_layer import OutputLayer
-from tailkit.params import Params
+from tailkit.params import Params, ResolvedExperiment
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import MODEL_WEIGHTS
 from tailkit.pipeline.codehash import experiment_code, module_fingerprint
@@ -69,18 +69,19 @@ class Inputs:
     counts: torch.Tensor
 
 
-def tau_norm(params: Params, settings: dict[str, Any], data: Inputs) -> Outcome:
+def tau_norm(params: Params, settings: ResolvedExperiment, data: Inputs) -> Outcome:
     """τ-norm: the first stage's layer and loss, rows divided by ‖w_j‖^τ (τ given or searched
     on the validation split)."""
     start, info = data.start, {}
-    if settings["decoupled"]["tau"] == "auto":
+    assert settings.decoupled is not None  # train_decoupled refuses a one-stage experiment
+    if settings.decoupled["tau"] == "auto":
         search = choose_tau(
             start.layer, start.loss, start.ctx, data.z_val, data.y_val, params.evaluate.batch_size
         )
         tau = search.tau
         info["tau_search"] = search.tried
     else:
-        tau = float(settings["decoupled"]["tau"])
+        tau = float(settings.decoupled["tau"])
     layer = tau_normalised(start.layer, tau)
     acc, bal = scores_of(
         layer, start.loss, start.ctx, data.z_val, data.y_val, params.evaluate.batch_size
@@ -93,7 +94,7 @@ def tau_norm(params: Params, settings: dict[str, Any], data: Inputs) -> Outcome:
 def learned_scales(
     params: Params,
     experiment: str,
-    settings: dict[str, Any],
+    settings: ResolvedExperiment,
     loss: Loss,
     optimizer: Any,
     data: Inputs,
@@ -187,7 +188,7 @@ def retrain(
     )
     fingerprint = params_hash(
         {
-            "settings": settings,
+            "settings": settings.as_dict(),
             "train": params.train.__dict__,
             "seed": cfg.seed,
             "first_stage": _first_stage_hash(layout, start.info["experiment"]),

@@ -17,7 +17,7 @@ from tailkit.errors import ComponentFault
 from tailkit.evaluation.correction import correction_work_per_label
 from tailkit.output.output_layer import OutputLayer
 from tailkit.output.shards import whole_layer
-from tailkit.params import Params
+from tailkit.params import Params, ResolvedExperiment
 from tailkit.paths import Layout
 from tailkit.pipeline.artifacts import load_sampler
 from tailkit.pipeline.codehash import experiment_code, module_fingerprint
@@ -45,7 +45,7 @@ def train_experiment(
     layout: Layout,
     registry: Registry,
     experiment: str,
-    settings: dict[str, Any],
+    settings: ResolvedExperiment,
     device: torch.device,
     world: World,
     progress: Callable[[int, int, dict[str, float]], None] | None,
@@ -65,17 +65,15 @@ def train_experiment(
     x_train, y_train, x_val, y_val = train_set.x, train_set.labels, val_set.x, val_set.labels
     # read with every column, so none is None
     assert x_train is not None and y_train is not None and x_val is not None and y_val is not None
-    sampler = load_sampler(registry, params, settings["sampler"], layout, device)
-    check_support(
-        loss, sampler, params, settings["sampler"], experiment, meta["num_classes"], device
-    )
+    sampler = load_sampler(registry, params, settings.sampler, layout, device)
+    check_support(loss, sampler, params, settings.sampler, experiment, meta["num_classes"], device)
 
     check_step_fits(
         f"experiments.{experiment}",
         num_classes=meta["num_classes"],
         dim=encoder.out_dim,
-        batch_size=settings["batch_size"],
-        negatives=None if sampler is None else settings["negatives"],
+        batch_size=settings.batch_size,
+        negatives=None if sampler is None else settings.negatives,
         label_chunk=params.train.label_chunk,
         nproc=world.size,
         device=torch.device(device),
@@ -90,14 +88,14 @@ def train_experiment(
         # this process's labels (all of them in one process), drawn without the others' rows
         rows=world.label_range(meta["num_classes"]) if world.sharded else None,
     )
-    sampled_labels = None if sampler is None else 1 + settings["negatives"]
+    sampled_labels = None if sampler is None else 1 + settings.negatives
     shape = {"num_classes": meta["num_classes"], "dim": encoder.out_dim}
     cfg = loop_config(
         params,
         experiment,
         settings,
         **shape,
-        negatives=settings["negatives"],
+        negatives=settings.negatives,
         sampled_labels=sampled_labels,
     )
     schedule, val_pick = validation_plan(
@@ -112,13 +110,13 @@ def train_experiment(
     code = experiment_code(params, registry, experiment)["sha256"]
     fingerprint = params_hash(
         {
-            "settings": settings,
+            "settings": settings.as_dict(),
             # the processes are not part of a run's identity (its results do not depend on
             # them beyond float rounding)
             "train": {k: v for k, v in params.train.__dict__.items() if k != "distributed"},
             "seed": seed,
             "data": meta.get("params_hash"),
-            "sampler": params.samplers.get(settings["sampler"]),
+            "sampler": params.samplers.get(settings.sampler),
             # a checkpoint written by other code is not this run's past (module docstring)
             "code": [code, module_fingerprint("tailkit.stages.train")["sha256"]],
         }
@@ -142,7 +140,7 @@ def train_experiment(
             world=world,
         )
     except ComponentFault as fault:  # the loop saw it; here the plugin has a name
-        spec = settings["model"] if fault.kind == "model" else params.samplers[settings["sampler"]]
+        spec = settings.model if fault.kind == "model" else params.samplers[settings.sampler]
         kinds = "models" if fault.kind == "model" else "samplers"
         raise fault.named(registry.provenance(kinds, spec), experiment) from fault
     layer = whole_layer(layer, world)  # every rank's rows, in label order

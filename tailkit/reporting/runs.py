@@ -40,7 +40,7 @@ class Run:
     def settings(self) -> dict[str, Any]:
         """The experiment's resolved settings, flattened to dotted keys, with its sampler's
         fitted configuration spelled out (two keys naming the same sampler config are equal)."""
-        resolved = self.params.resolved(self.experiment)
+        resolved = self.params.resolved(self.experiment).as_dict()
         sampler = resolved.pop("sampler")
         flat = _flatten(resolved)
         flat["sampler"] = sampler

@@ -367,24 +367,24 @@ def _with_options(spec: dict[str, Any]) -> str:
 def describe_method(run: Run) -> str:
     """``sampled-softmax (weighting=importance), uniform × 256`` — the row's method in words."""
     settings = run.params.resolved(run.experiment)
-    if settings["loss"] is None:  # a model that trains itself: the tool and its options
-        return _with_options(settings["model"])
-    if "decoupled" in settings:  # a second stage: `cRT (softmax) on ce`, `τ-norm on ce`
-        how = settings["decoupled"]
+    if settings.loss is None:  # a model that trains itself: the tool and its options
+        return _with_options(settings.model)
+    how = settings.decoupled
+    if how is not None:  # a second stage: `cRT (softmax) on ce`, `τ-norm on ce`
         name = {"crt": "cRT", "tau-norm": "τ-norm", "lws": "LWS"}[how["classifier"]]
         if how["classifier"] != "tau-norm":
-            name += f" ({_with_options(settings['loss'])}, {settings['row_sampling']})"
+            name += f" ({_with_options(settings.loss)}, {settings.row_sampling})"
         return f"{name} on {how['init_from']}"
-    text = _with_options(settings["loss"])
-    if settings["model"]["name"] != "linear":
-        text += f" on {settings['model']['name']}"
-    key = settings["sampler"]
+    text = _with_options(settings.loss)
+    if settings.model["name"] != "linear":
+        text += f" on {settings.model['name']}"
+    key = settings.sampler
     if key == "none":
         return text
     sampler = run.params.samplers[key]["name"]
     # A sampler that draws no number of negatives (in-batch: the batch's other labels) runs
     # with negatives 0; the count is shown only when there is one.
-    negatives = settings["negatives"]
+    negatives = settings.negatives
     return f"{text}, {sampler} × {negatives}" if negatives else f"{text}, {sampler}"
 
 

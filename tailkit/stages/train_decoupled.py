@@ -50,12 +50,12 @@ def run(
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     settings = params.resolved(experiment)
-    if "decoupled" not in settings:
+    if settings.decoupled is None:
         raise InvalidParameterError(
             f"{params.source}: {experiment!r} is an experiment, not a run of decoupled; "
             f"train it with `tailkit train --experiment {experiment}`"
         )
-    first, classifier = settings["decoupled"]["init_from"], settings["decoupled"]["classifier"]
+    first, classifier = settings.decoupled["init_from"], settings.decoupled["classifier"]
     if trains_itself(params, first, registry):
         raise _refuse(f"{first!r} is trained by its own tool: no encoder to freeze", experiment)
     if classifier == "tau-norm" and params.experiment(first).sampler != NO_SAMPLER:

@@ -24,7 +24,7 @@ CODE = "c0de" * 16  # the hash of the loss, model and sampler code the model was
 
 
 def _info(params, run_name: str) -> dict:
-    settings = json.loads(json.dumps(params.resolved(run_name)))
+    settings = json.loads(json.dumps(params.resolved(run_name).as_dict()))
     return {"experiment": run_name, "settings": settings, "code": CODE}
 
 

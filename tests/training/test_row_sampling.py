@@ -202,10 +202,10 @@ def _params(**row_sampling):
 
 def test_the_setting_resolves_from_the_train_default():
     params = _params()
-    assert params.resolved("softmax")["row_sampling"] == "instance"
+    assert params.resolved("softmax").row_sampling == "instance"
     params = _params(train="square-root", softmax="class-balanced")
-    assert params.resolved("softmax")["row_sampling"] == "class-balanced"
-    assert params.resolved("sampled")["row_sampling"] == "square-root"
+    assert params.resolved("softmax").row_sampling == "class-balanced"
+    assert params.resolved("sampled").row_sampling == "square-root"
 
 
 @pytest.mark.parametrize(
