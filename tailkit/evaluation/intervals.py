@@ -188,10 +188,8 @@ def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     return out
 
 
-def mean_over(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """(columns, block) → (block,): the mean over the columns (of ``mask``) that are defined."""
-    if mask is not None:
-        values = values[mask]
+def mean_over(values: np.ndarray) -> np.ndarray:
+    """(columns, block) → (block,): the mean over the columns that are defined."""
     defined = ~np.isnan(values)
     count = defined.sum(axis=0)
     total = np.where(defined, values, 0.0).sum(axis=0)
@@ -286,9 +284,10 @@ class Metrics:
         center = rate.copy()
         scale = np.sqrt(support / np.maximum(support - 1, 1))
         single = chosen & (support == 1)
-        if single.sum() > 1:
+        singles = int(single.sum())
+        if singles > 1:
             center[single] = rate[single].mean()
-            scale[single] = np.sqrt(single.sum() / (single.sum() - 1))
+            scale[single] = np.sqrt(singles / (singles - 1))
         else:  # a lone one-row label: a rate's widest noise, r(1 − r) ≤ 1/4; a change's, δ²
             center[single], scale[single] = (0.0 if change else 0.5), 1.0
         weight = np.where(chosen, scale / (chosen.sum() * np.maximum(support, 1)), 0.0)
