@@ -104,6 +104,7 @@ MOVED_NAMES = {
             "tailkit.registry",
         ),
     },
+    "tailkit.sparse": {"check_rows": "tailkit.csr"},
 }
 
 

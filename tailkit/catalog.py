@@ -11,8 +11,9 @@ entry points live in (tailkit's own, for its built-ins and their base classes), 
 version and ``TAILKIT_LOAD_PLUGINS``. A later run with the same key reads the JSON instead.
 
 The cache is skipped, and the registry built, when a plugin fails to load (its warning must
-show on every run) and under ``TAILKIT_TRACE_PLUGINS=1``. Records read back have no factory:
-building a component always goes through :func:`tailkit.registry.get_registry`.
+show on every run) and under ``TAILKIT_TRACE_PLUGINS=1``. :func:`tailkit.registry.get_registry`
+builds the registry from these records when they are current: a record names where its factory
+is (``reference``, "module:qualname"), which is imported when the component is built.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from tailkit import hookspecs
 from tailkit.paths import cache_dir
 
 #: Bumped when the cached JSON's layout changes, so an old file is never misread.
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,9 @@ def catalog_key() -> str:
 
 def _from_registry() -> tuple[Catalog, bool]:
     """The catalog of the process-wide registry, and whether every plugin loaded."""
-    from tailkit.registry import KINDS, get_registry
+    from tailkit.registry import KINDS, full_registry
 
-    registry = get_registry()
+    registry = full_registry()
     catalog = Catalog(
         plugins=registry.report(),
         components=[c.info() for kind in KINDS for c in registry.components(kind)],
@@ -90,20 +91,31 @@ def _from_registry() -> tuple[Catalog, bool]:
     return catalog, not any(r.error for r in registry.plugins.values())
 
 
+def _path() -> Path:
+    return cache_dir() / f"catalog-{catalog_key()}.json"
+
+
+def cached_catalog() -> Catalog | None:
+    """The cached catalog when its key matches (None when absent, unreadable, from another
+    layout, or under ``TAILKIT_TRACE_PLUGINS``, which must see every hook called)."""
+    if os.environ.get("TAILKIT_TRACE_PLUGINS"):
+        return None
+    try:
+        data = json.loads(_path().read_text())
+        return Catalog(plugins=data["plugins"], components=data["components"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load_catalog() -> Catalog:
     """The catalog, from the cache when its key matches, else built and (when every plugin
     loaded) cached."""
-    if os.environ.get("TAILKIT_TRACE_PLUGINS"):
-        return _from_registry()[0]
-    path = cache_dir() / f"catalog-{catalog_key()}.json"
-    try:
-        data = json.loads(path.read_text())
-        return Catalog(plugins=data["plugins"], components=data["components"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # absent, unreadable or from another layout: rebuild
+    cached = cached_catalog()
+    if cached is not None:
+        return cached
     catalog, clean = _from_registry()
-    if clean:
-        _write(path, {"plugins": catalog.plugins, "components": catalog.components})
+    if clean and not os.environ.get("TAILKIT_TRACE_PLUGINS"):
+        _write(_path(), {"plugins": catalog.plugins, "components": catalog.components})
     return catalog
 
 

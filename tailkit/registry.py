@@ -26,7 +26,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
@@ -47,6 +47,7 @@ SINGULAR = {
     "losses": "loss",
     "models": "model",
 }
+PLURAL = {singular: kind for kind, singular in SINGULAR.items()}
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,14 @@ class Component:
     featurizer's ``accepts`` and ``output``; a model's ``input_kind``, ``learner`` and
     ``requires``. The core, ``tailkit list``/``options``/``plugins``
     and the contract kit read them here instead of probing the class.
+
+    ``factory`` is imported on first use: a record read back from the catalog
+    (:mod:`tailkit.catalog`) imports its module then, through ``reference``, so that a
+    stage imports the components it builds and no others.
     """
 
     kind: str
     name: str
-    factory: Callable[..., Any]
     description: str
     plugin: str
     distribution: str
@@ -84,6 +88,22 @@ class Component:
     options: tuple[OptionInfo, ...] = ()
     # a read-only mapping is unhashable: left out of the hash so a record stays hashable
     traits: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    #: "module:qualname" of the code that defines the factory (decorators unwrapped): what the
+    #: component's fingerprint hashes (:mod:`tailkit.pipeline.codehash`).
+    origin: str = ""
+    #: "module:qualname" that imports back to the registered factory itself; None for one that
+    #: cannot be named so (a lambda, a closure, a ``functools.partial``).
+    reference: str | None = None
+    #: The distributions whose versions shape what the factory builds (its ``requires``).
+    requires: tuple[str, ...] = ()
+    loader: Callable[[], Callable[..., Any]] = field(
+        default=lambda: _no_factory(), compare=False, repr=False
+    )
+
+    @functools.cached_property
+    def factory(self) -> Callable[..., Any]:
+        """What builds the component (usually its class)."""
+        return self.loader()
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -91,7 +111,7 @@ class Component:
         return tuple(self.traits.get("modes", ()))
 
     def info(self) -> dict[str, Any]:
-        """The record as JSON (``tailkit plugins --components``)."""
+        """The record as JSON (``tailkit plugins --components``; the catalog's records)."""
         return {
             "kind": SINGULAR[self.kind],
             "name": self.name,
@@ -102,7 +122,69 @@ class Component:
             "aliases": list(self.aliases),
             "options": [vars(o) for o in self.options],
             "traits": dict(self.traits),
+            "origin": self.origin,
+            "reference": self.reference,
+            "requires": list(self.requires),
         }
+
+    @classmethod
+    def from_info(cls, info: Mapping[str, Any]) -> Component:
+        """The record :meth:`info` wrote, its factory imported on first use through
+        ``reference`` (or, for one without, from the registry that imports every plugin)."""
+        kind = PLURAL[info["kind"]]
+        name = info["name"]
+        return cls(
+            kind=kind,
+            name=name,
+            description=info["description"],
+            plugin=info["plugin"],
+            distribution=info["distribution"],
+            version=info["version"],
+            aliases=tuple(info["aliases"]),
+            options=tuple(OptionInfo(**o) for o in info["options"]),
+            traits=MappingProxyType(dict(info["traits"])),
+            origin=info["origin"],
+            reference=info["reference"],
+            requires=tuple(info["requires"]),
+            loader=functools.partial(_load_factory, kind, name, info["reference"]),
+        )
+
+
+def _no_factory() -> Callable[..., Any]:
+    raise TypeError("this component record was made without a factory")
+
+
+def _load_factory(kind: str, name: str, reference: str | None) -> Callable[..., Any]:
+    """The factory ``reference`` names, imported; the full registry's when it names none or
+    its import fails (that registry then reports the plugin as it reports any that fails)."""
+    if reference is not None:
+        module, _, qualname = reference.partition(":")
+        try:
+            found: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                found = getattr(found, part)
+            return cast(Callable[..., Any], found)
+        except Exception:  # noqa: BLE001, S110 -- the full registry says what went wrong
+            pass
+    return full_registry().get(kind, name, f"{SINGULAR[kind]} name").factory
+
+
+def _origin(factory: Any) -> str:
+    """ "module:qualname" of the code behind ``factory`` (decorators unwrapped)."""
+    code = inspect.unwrap(factory)
+    return f"{code.__module__}:{getattr(code, '__qualname__', repr(code))}"
+
+
+def _reference(factory: Any) -> str | None:
+    """ "module:qualname" that imports back to ``factory`` itself, else None. Read at
+    registration, when the module is imported already."""
+    module, qualname = getattr(factory, "__module__", None), getattr(factory, "__qualname__", "")
+    if not module or not qualname or "<" in qualname or module not in sys.modules:
+        return None
+    found: Any = sys.modules[module]
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{module}:{qualname}" if found is factory else None
 
 
 @dataclass
@@ -180,10 +262,12 @@ def _traits(kind: str, name: str, factory: Callable[..., Any]) -> Mapping[str, A
 class Registry:
     """Components per kind, built from a plugin manager's ``register_*`` hooks."""
 
-    def __init__(self, pm: pluggy.PluginManager, records: dict[str, PluginRecord]):
+    def __init__(self, pm: pluggy.PluginManager | None, records: dict[str, PluginRecord]):
         self.pm = pm
         self.plugins = records
         self._components: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
+        if pm is None:
+            return  # filled by from_catalog
         for kind in KINDS:
             hook = getattr(pm.hook, f"register_{kind}")
             for impl in reversed(hook.get_hookimpls()):  # registration order
@@ -191,6 +275,28 @@ class Registry:
                 record = records.setdefault(plugin_name, PluginRecord(plugin_name, plugin_name, ""))
                 if record.error is None:
                     self._call_register(kind, impl.function, record)
+
+    @classmethod
+    def from_catalog(
+        cls, plugins: list[dict[str, Any]], components: list[dict[str, Any]]
+    ) -> Registry:
+        """The registry the catalog's records describe (:mod:`tailkit.catalog`), without
+        importing any plugin: each component's module is imported when its factory is used."""
+        records = {
+            p["name"]: PluginRecord(
+                p["name"],
+                p["distribution"],
+                p["version"],
+                registered={kind: list(names) for kind, names in p["registered"].items()},
+            )
+            for p in plugins
+        }
+        registry = cls(None, records)
+        for info in components:
+            component = Component.from_info(info)
+            for key in (component.name, *component.aliases):
+                registry._components[component.kind][key] = component
+        return registry
 
     def _call_register(self, kind: str, hook: Callable[..., None], record: PluginRecord) -> None:
         """One plugin's ``register_<kind>`` hook; if it raises, its components of that call
@@ -226,7 +332,6 @@ class Registry:
             component = Component(
                 kind=kind,
                 name=name,
-                factory=factory,
                 description=description or _first_doc_line(factory),
                 plugin=record.name,
                 distribution=record.distribution,
@@ -234,6 +339,10 @@ class Registry:
                 aliases=tuple(aliases),
                 options=_options(factory),
                 traits=_traits(kind, name, factory),
+                origin=_origin(factory),
+                reference=_reference(factory),
+                requires=tuple(getattr(inspect.unwrap(factory), "requires", ())),
+                loader=lambda: factory,
             )
             for key in (name, *aliases):
                 table[key] = component
@@ -430,9 +539,24 @@ def get_plugin_manager() -> tuple[pluggy.PluginManager, dict[str, PluginRecord]]
 
 
 @functools.cache
-def get_registry() -> Registry:
-    """The process-wide registry of installed plugins, built on first use."""
+def full_registry() -> Registry:
+    """The process-wide registry built by calling every installed plugin's hooks, which
+    imports every component (torch and scikit-learn among them: seconds)."""
     return Registry(*get_plugin_manager())
+
+
+@functools.cache
+def get_registry() -> Registry:
+    """The process-wide registry of installed plugins: from the catalog's cached records when
+    they are current (a component's module is then imported when it is built), else
+    :func:`full_registry`, whose records the catalog keeps for the next process."""
+    from tailkit.catalog import cached_catalog, load_catalog
+
+    catalog = cached_catalog()
+    if catalog is not None:
+        return Registry.from_catalog(catalog.plugins, catalog.components)
+    load_catalog()  # builds the full registry and keeps its records when every plugin loaded
+    return full_registry()
 
 
 def declared_traits(kind: str, factory: Any) -> dict[str, Any]:

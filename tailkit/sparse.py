@@ -12,9 +12,9 @@ one ``embedding_bag`` call (:meth:`matmul`) that never materialises a dense row.
 torch's own ``sparse_csr_tensor`` is not used as the container: it has no ``index_select`` over
 rows on CPU, and its beta invariant checks cost a full pass per construction.
 
-:func:`check_rows` is the validation every reader of sparse rows applies (cache, featurizer
-outputs, datasets): a column id outside ``[0, D)``, ids not strictly increasing within a row, or
-a non-finite value is a one-line error naming the first bad row.
+:func:`~tailkit.csr.check_rows` is the validation every reader of sparse rows applies (cache,
+featurizer outputs, datasets); it and :func:`~tailkit.csr.canonical` live in :mod:`tailkit.csr`,
+which imports no torch.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
+from tailkit.csr import canonical
+
 
 @dataclass(frozen=True)
 class SparseRows:
@@ -33,7 +35,7 @@ class SparseRows:
 
     ``indptr`` (N + 1,) and ``indices`` (nnz,) are int32 or int64 (the cache hands over its
     int32 buffers without a copy; a gathered batch is int64, as ``embedding_bag`` prefers);
-    ``values`` (nnz,) float32. Within a row, ids are strictly increasing (:func:`check_rows`).
+    ``values`` (nnz,) float32. Within a row, ids are strictly increasing (:func:`~tailkit.csr.check_rows`).
     Treat the tensors as read-only: they may view the cache's decoded Arrow buffers.
     """
 
@@ -154,54 +156,8 @@ class SparseRows:
         )
 
 
-def canonical(matrix: sp.spmatrix | sp.sparray) -> sp.csr_matrix:
-    """``matrix`` as CSR with each row's ids sorted and duplicates summed: the same buffers when
-    it already is, else a copy (the caller's matrix is never modified)."""
-    matrix = sp.csr_matrix(matrix)
-    if not matrix.has_canonical_format:
-        matrix = matrix.copy()
-        matrix.sum_duplicates()
-    return matrix
+def __getattr__(name: str) -> object:
+    """``check_rows``, moved to :mod:`tailkit.csr`, for one release (tailkit._moved)."""
+    from tailkit._moved import moved_attribute
 
-
-def check_rows(
-    indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, dim: int, where: str
-) -> None:
-    """Raise ``ValueError("<where>: row r: …")`` for the first row that breaks CSR's rules.
-
-    The rules: ``indptr`` starts at 0 and never decreases; every id lies in ``[0, dim)``; ids
-    strictly increase within a row (sorted, no duplicates), which is what lets the cache encode
-    them as deltas and every reader trust them; values are finite. Vectorised: O(nnz).
-    """
-    indptr = np.asarray(indptr, dtype=np.int64)
-    indices, values = np.asarray(indices), np.asarray(values)
-    if indices.size != values.size:
-        raise ValueError(f"{where}: {indices.size} column ids but {values.size} values")
-    if indptr.size == 0 or indptr[0] != 0 or indptr[-1] != indices.size:
-        raise ValueError(f"{where}: row pointer does not span the {indices.size} stored ids")
-    shrinking = np.flatnonzero(np.diff(indptr) < 0)
-    if shrinking.size:
-        raise ValueError(f"{where}: row {shrinking[0]}: row pointer decreases")
-
-    def row_of(position: int) -> int:
-        return int(np.searchsorted(indptr, position, side="right") - 1)
-
-    outside = np.flatnonzero((indices < 0) | (indices >= dim))
-    if outside.size:
-        p = outside[0]
-        raise ValueError(f"{where}: row {row_of(p)}: column id {indices[p]} outside [0, {dim})")
-    # ids must rise between neighbours of one row; a row's first id follows the previous row's
-    # last, so those positions are exempt.
-    rising = np.diff(indices.astype(np.int64)) > 0
-    rising[indptr[1:-1][(indptr[1:-1] > 0) & (indptr[1:-1] < indices.size)] - 1] = True
-    unsorted = np.flatnonzero(~rising)
-    if unsorted.size:
-        p = unsorted[0] + 1
-        raise ValueError(
-            f"{where}: row {row_of(p)}: column ids not strictly increasing "
-            f"({indices[p - 1]} then {indices[p]}); sort each row and sum duplicates"
-        )
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        p = bad[0]
-        raise ValueError(f"{where}: row {row_of(p)}: value {values[p]} in column {indices[p]}")
+    return moved_attribute(__name__, name)

@@ -37,6 +37,7 @@ LAYERS = (
         "tailkit.progress",
         "tailkit.labels",
         "tailkit.sparse",
+        "tailkit.csr",
         "tailkit.groups",
         "tailkit.validation",
         "tailkit.hookspecs",
@@ -104,3 +105,24 @@ def test_the_layer_check_sees_an_upward_import():
     assert _layer("tailkit.output.optim") > _layer("tailkit.distributed.world")
     assert _layer("tailkit.pipeline.train_run") > _layer("tailkit.training.loop")
     assert _layer("tailkit.cli") == len(LAYERS) - 1 and _layer("tailkit.errors") == 0
+
+
+def test_the_stages_that_read_and_write_tables_import_no_torch():
+    """torch's import is a second of every process: the stages that fingerprint code, fetch,
+    deal and featurize rows, and write the report import none of it (the lazy registry, the
+    seam's torch modules apart in components/nn.py, scipy CSR checks in csr.py)."""
+    import subprocess
+    import sys
+
+    stages = ("fingerprint", "download", "subsample", "featurize", "fit_sampler", "seeds", "report")
+    probe = "; ".join(
+        [
+            "import sys",
+            *(f"import tailkit.stages.{s}" for s in stages),
+            "import tailkit.registry, tailkit.catalog, tailkit.components",
+            "import tailkit.plugins.datasets.table, tailkit.plugins.datasets.xc",
+            "print(sorted(m for m in ('torch', 'sympy', 'scipy.stats') if m in sys.modules))",
+        ]
+    )
+    done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
+    assert done.stdout.strip() == "[]"

@@ -247,3 +247,66 @@ def test_an_option_default_json_cannot_hold_still_registers():
     reg = make_registry(extra_plugins=[("odd", _plugin("odd", _OddDefault))])
     options = {o.name: o.default for o in reg.get("losses", "odd", "k").options}
     assert options == {"dtype": "torch.float32", "eps": "nan"}
+
+
+def test_every_catalog_record_builds_back_the_component_it_describes():
+    """The lazy registry's records (JSON, as the catalog keeps them) describe each built-in
+    component as registration did, and import back to the very factory registered."""
+    import json
+
+    from tailkit.registry import Component, full_registry
+
+    registry = full_registry()
+    for kind in KINDS:
+        for component in registry.components(kind):
+            back = Component.from_info(json.loads(json.dumps(component.info())))
+            assert back == component, component.name
+            assert component.reference is not None, component.name
+            assert back.factory is component.factory, component.name
+
+
+def test_a_record_whose_module_fails_to_import_falls_back_to_the_full_registry():
+    from tailkit.registry import Component, full_registry
+
+    real = full_registry().get("losses", "softmax", "loss")
+    info = {**real.info(), "reference": "no_such_module_anywhere:SoftmaxCE"}
+    assert Component.from_info(info).factory is real.factory
+    gone = {**real.info(), "name": "not-a-loss", "reference": None}
+    with pytest.raises(UnknownComponentError, match="unknown loss 'not-a-loss'"):
+        Component.from_info(gone).factory  # noqa: B018 -- the property imports
+
+
+def test_the_registry_from_the_catalog_reports_what_the_full_one_does():
+    from tailkit.catalog import load_catalog
+    from tailkit.registry import Registry, full_registry
+
+    catalog = load_catalog()
+    lazy = Registry.from_catalog(catalog.plugins, catalog.components)
+    assert lazy.report() == full_registry().report()
+    for kind in KINDS:
+        assert lazy.names(kind) == full_registry().names(kind)
+
+
+def test_a_stage_imports_only_the_components_it_builds(tmp_path):
+    """With the catalog cached, looking a component up imports nothing; building one imports
+    its own module (and torch, for a loss); the other components stay unimported."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from tailkit.registry import get_registry; r = get_registry(); "
+        "c = r.get('losses', 'softmax', 'loss'); "
+        "mods = lambda: ['torch' in sys.modules, 'tailkit.plugins.losses.softmax' in "
+        "sys.modules, 'tailkit.plugins.losses.ldam' in sys.modules]; print(*mods()); "
+        "r.build('losses', {'name': 'softmax'}, 'loss'); print(*mods())"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe], check=True, env=env, capture_output=True, text=True
+        ).stdout.splitlines()
+        for _ in range(2)
+    ]
+    assert runs[0][0] == "True True True"  # no catalog yet: every plugin imported
+    assert runs[1] == ["False False False", "True True False"]

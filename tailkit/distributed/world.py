@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch.distributed as dist
-
 #: Labels per block: the unit a shard is made of (shards hold whole blocks).
 LABEL_BLOCK = 4096
 
@@ -57,6 +55,8 @@ def shard_range(
 
 def current_world() -> World:
     """The default process group as a :class:`World`, or one process when none is set up."""
+    import torch.distributed as dist  # here: World itself is read by stages that import no torch
+
     if dist.is_available() and dist.is_initialized():
         return World(dist.get_rank(), dist.get_world_size())
     return ONE_PROCESS

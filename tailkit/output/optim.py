@@ -35,6 +35,14 @@ from tailkit.output.sparse_rows import apply_dense_adagrad, apply_row_adagrad, a
 from tailkit.validation import Interval
 
 
+def filled(like: torch.Tensor, value: float) -> torch.Tensor:
+    """A contiguous tensor of ``like``'s shape, dtype and device, every entry ``value``.
+    ``torch.full`` and not ``full_like``: on the meta device, where training's memory plan
+    (:mod:`tailkit.training.plan`) attaches an optimizer to a layer, every ``*_like`` runs
+    through ``torch._refs``, which imports sympy (0.3 s of every train process)."""
+    return torch.full(like.shape, value, dtype=like.dtype, device=like.device)
+
+
 class RowSparseOptimizer:
     """Base: learning-rate schedule and the torch optimiser for dense encoder parameters."""
 
@@ -232,7 +240,7 @@ class RowSparseSGD(RowSparseOptimizer):
         super().attach(layer, encoder_params, **kw)
         # Zero velocity equals torch's first-step copy of the gradient (dampening 0).
         self.velocity = (
-            {"weight": torch.zeros_like(layer.weight), "bias": torch.zeros_like(layer.bias)}
+            {"weight": filled(layer.weight, 0.0), "bias": filled(layer.bias, 0.0)}
             if self.momentum > 0
             else {}
         )
@@ -317,9 +325,9 @@ class RowSparseAdagrad(RowSparseOptimizer):
         self, layer: OutputLayer, encoder_params: list[torch.nn.Parameter], **kw: Any
     ) -> None:
         super().attach(layer, encoder_params, **kw)
-        self.acc_w = torch.full_like(layer.weight, self.initial_accumulator)
-        self.acc_b = torch.full_like(layer.bias, self.initial_accumulator)
-        self.acc_tables = [torch.full_like(t, self.initial_accumulator) for t in self.sparse_tables]
+        self.acc_w = filled(layer.weight, self.initial_accumulator)
+        self.acc_b = filled(layer.bias, self.initial_accumulator)
+        self.acc_tables = [filled(t, self.initial_accumulator) for t in self.sparse_tables]
 
     def _update_table(self, i: int, table: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
         apply_sparse_step(table.data, grad, lr, acc=self.acc_tables[i], eps=self.eps)

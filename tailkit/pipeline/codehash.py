@@ -22,7 +22,6 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import inspect
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -158,12 +157,12 @@ def stage_code(stage: str) -> dict[str, Any]:
     return module_fingerprint(f"{CORE}.stages.{stage}", plugins=False)
 
 
-def tool_versions(factory: Any) -> dict[str, str | None]:
+def tool_versions(requires: Iterable[str]) -> dict[str, str | None]:
     """``{distribution: version}`` of what a component declares in ``requires`` (the tool a
     wrapped model runs: its code shapes the result but lives outside any package we hash);
     None for one not installed."""
     out: dict[str, str | None] = {}
-    for distribution in getattr(factory, "requires", ()):
+    for distribution in requires:
         try:
             out[distribution] = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
@@ -174,18 +173,18 @@ def tool_versions(factory: Any) -> dict[str, str | None]:
 def component_fingerprint(component: Any) -> dict[str, Any]:
     """Name, distribution, version, factory and the hashes of the source files that define a
     registered component (:class:`tailkit.registry.Component`): its module's import closure
-    within tailkit and within the plugin's own top-level package."""
-    factory = inspect.unwrap(component.factory)
-    module = factory.__module__
+    within tailkit and within the plugin's own top-level package. Read from the record, so the
+    component's module is not imported (the fingerprint stage runs without torch)."""
+    module = component.origin.partition(":")[0]
     files = file_hashes(import_closure(module, tops=(CORE, module.split(".")[0])).values())
     record = {
         "name": component.name,
         "distribution": component.distribution,
         "version": component.version,
-        "factory": f"{module}:{getattr(factory, '__qualname__', repr(factory))}",
+        "factory": component.origin,
         "files": files,
     }
-    if tools := tool_versions(factory):
+    if tools := tool_versions(component.requires):
         record["requires"] = tools
     record["sha256"] = digest({k: v for k, v in record.items() if k != "files"} | files)
     return record

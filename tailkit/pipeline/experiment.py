@@ -196,7 +196,7 @@ def provenance(params: Params, registry: Registry, settings: ResolvedExperiment)
     if settings.loss is not None:
         out["loss"] = registry.provenance("losses", settings.loss)
     model = registry.get("models", settings.model["name"], "model")
-    for distribution, version in tool_versions(model.factory).items():
+    for distribution, version in tool_versions(model.requires).items():
         out[distribution] = f"{distribution} {version}"
     if settings.sampler != NO_SAMPLER:
         out["sampler"] = registry.provenance("samplers", params.samplers[settings.sampler])

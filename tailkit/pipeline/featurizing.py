@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from tailkit.csr import canonical, check_rows
 from tailkit.errors import DataValidationError, InvalidParameterError, PluginError
 from tailkit.params import Params
 from tailkit.registry import Registry, featurizer_accepts
-from tailkit.sparse import canonical, check_rows
 
 
 def check_modality(
@@ -25,11 +25,7 @@ def check_modality(
     taken = tuple(featurizer_accepts(featurizer))
     if modality in taken:
         return
-    fits = [
-        c.name
-        for c in registry.components("featurizers")
-        if modality in featurizer_accepts(c.factory)
-    ]
+    fits = [c.name for c in registry.components("featurizers") if modality in c.traits["accepts"]]
     raise InvalidParameterError(
         f"featurize.{features}.name: featurizer {params.featurize[features]['name']!r} accepts "
         f"{', '.join(taken)} inputs, but dataset {params.dataset['name']!r} is {modality}; "

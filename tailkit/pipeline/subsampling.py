@@ -32,16 +32,18 @@ each label, and ``<split>_rows`` the rows (the N of the propensity model).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
 
 from tailkit.components import RawData
 from tailkit.errors import DataValidationError
-from tailkit.labels import LabelSets
 from tailkit.params import SubsampleParams
 from tailkit.storage.splits import SPLITS
+
+if TYPE_CHECKING:  # labels.py imports torch, which single-label rows never need
+    from tailkit.labels import LabelSets
 
 
 def _round_half_up(x: np.ndarray) -> np.ndarray:
@@ -231,6 +233,8 @@ def _labels(raw: RawData, where: str) -> np.ndarray | LabelSets:
             p = int(outside[0])
             row = int(np.searchsorted(csr.indptr, p, side="right") - 1)
             raise _out_of_range(row, int(csr.indices[p]), raw.num_classes, where)
+        from tailkit.labels import LabelSets
+
         try:
             return LabelSets.from_csr(csr, raw.num_classes)
         except (ValueError, TypeError) as exc:
@@ -295,7 +299,7 @@ def plan_splits(
     """The dataset's labels (checked) and the row ids of each split, refused in one line when a
     split would be empty; ``where`` names the dataset in messages."""
     labels = _labels(raw, where)
-    if isinstance(labels, LabelSets):
+    if not isinstance(labels, np.ndarray):  # LabelSets
         rows = split_multilabel(len(labels), raw.splits, p, where)
     elif raw.splits is None:
         rows = split_rows(labels, raw.num_classes, p)

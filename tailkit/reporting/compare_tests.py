@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from scipy import stats
 
 from tailkit.evaluation.intervals import Metrics, Resampler, percentile_interval
 from tailkit.evaluation.outcomes import Outcomes
@@ -72,6 +71,8 @@ def pair_hits(a: Outcomes, b: Outcomes, depth: int) -> PairHits:
 def benjamini_hochberg(p_values: np.ndarray) -> np.ndarray:
     """BH q-values of the defined entries of ``p_values`` (scipy's), NaN where p is NaN (not
     tested: not counted among the tests either)."""
+    from scipy import stats  # here: its import (0.4 s) is paid only where a test runs
+
     q = np.full(p_values.shape[0], np.nan)
     tested = ~np.isnan(p_values)
     if tested.any():
@@ -83,6 +84,8 @@ def label_tests(pairs: PairHits) -> pl.DataFrame:
     """Per label with a pair: ``a_only``, ``b_only`` (discordant pairs), and for those with at
     least :data:`MIN_DISCORDANT` of them McNemar's exact ``p`` and its BH ``q`` (null
     otherwise)."""
+    from scipy import stats
+
     present, local = np.unique(pairs.labels, return_inverse=True)
     a_only = np.bincount(local, pairs.a & ~pairs.b, present.shape[0]).astype(np.int64)
     b_only = np.bincount(local, pairs.b & ~pairs.a, present.shape[0]).astype(np.int64)

@@ -37,12 +37,6 @@ from tailkit.native.arithmetic import arithmetic_record
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.codehash import component_fingerprint, experiment_code, stage_code
-from tailkit.pipeline.experiment import (
-    build_objective,
-    check_labels,
-    check_row_sampling,
-    trains_itself,
-)
 from tailkit.registry import Registry
 from tailkit.storage.atomic import atomic_dir, write_json
 from tailkit.storage.file_hash import data_fingerprint, default_cache
@@ -91,10 +85,18 @@ def refuse_unfit_losses(params: Params, registry: Registry) -> None:
     """A loss or row sampling that cannot take the dataset's label sets, refused here, before
     download, featurize and other experiments' training run, when the dataset says before
     loading that its rows are multi-label (``multilabel``, as the XC datasets do); train
-    checks the same on the data itself."""
+    checks the same on the data itself. Only then are the losses built (and torch imported):
+    a single-label study's fingerprint imports neither."""
     dataset = registry.build("datasets", params.dataset, "dataset")
     if getattr(dataset, "multilabel", None) is not True:
         return
+    from tailkit.pipeline.experiment import (
+        build_objective,
+        check_labels,
+        check_row_sampling,
+        trains_itself,
+    )
+
     label_sets = {"multilabel": True}
     for name in params.experiments:
         if trains_itself(params, name, registry):

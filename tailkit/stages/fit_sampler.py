@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import torch
 
 from tailkit.components import Sampler
+from tailkit.csr import is_label_sets
 from tailkit.errors import DataValidationError, InvalidParameterError
-from tailkit.labels import LabelSets
 from tailkit.params import NO_SAMPLER, Params
 from tailkit.paths import TIMING_SUFFIX, Layout
-from tailkit.pipeline.artifacts import save_sampler
 from tailkit.progress import each
 from tailkit.registry import Registry
 from tailkit.storage.atomic import atomic_dir, write_json
@@ -41,12 +39,17 @@ from tailkit.storage.feature_cache import read_features
 from tailkit.storage.metrics_file import write_metrics
 from tailkit.storage.splits import read_meta
 
+if TYPE_CHECKING:  # a fit imports them; `no-sampler`, which writes a config only, does not
+    import torch
+
+    from tailkit.labels import LabelSets
+
 
 def _pairs(labels: torch.Tensor | LabelSets) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The row of each (row, label) pair (None for single-label data) and the labels (P,)."""
-    if isinstance(labels, LabelSets):
+    if is_label_sets(labels):
         return labels.pairs()
-    return None, labels
+    return None, cast("torch.Tensor", labels)
 
 
 def mean_log_prob(
@@ -108,6 +111,8 @@ def run(
             with atomic_dir(layout.sampler(NO_SAMPLER)) as tmp:
                 _write_config(tmp, {"name": NO_SAMPLER})
             continue
+        from tailkit.pipeline.artifacts import save_sampler  # torch, for a fit only
+
         sampler = registry.build("samplers", params.samplers[key], f"samplers.{key}")
         meta, train, val = feature_set(params.sampler_features[key])
         start = time.perf_counter()

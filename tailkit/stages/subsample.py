@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.labels import LabelSets
 from tailkit.params import Params
 from tailkit.paths import Layout
 from tailkit.pipeline.subsampling import plan_splits
@@ -31,18 +30,18 @@ def run(params: Params, layout: Layout, registry: Registry) -> dict[str, Any]:
     }
     if raw.splits is not None:
         meta["given_splits"] = sorted(raw.splits)
-    if isinstance(labels, LabelSets):
+    if not isinstance(labels, np.ndarray):  # LabelSets (imported only with them: it needs torch)
         meta["multilabel"] = True
     counts = {}
     with atomic_dir(layout.split) as tmp:
         for name in SPLITS:
             chosen = labels[rows[name]]
             write_split(tmp / f"{name}.parquet", rows[name], chosen)
-            if isinstance(chosen, LabelSets):
+            if isinstance(chosen, np.ndarray):
+                counts[name] = np.bincount(chosen, minlength=raw.num_classes)
+            else:
                 counts[name] = chosen.counts()
                 meta[f"{name}_rows"] = len(chosen)
-            else:
-                counts[name] = np.bincount(chosen, minlength=raw.num_classes)
         write_labels(tmp, raw.label_names, counts)
         write_json(tmp / "meta.json", meta)
     return {**meta, **{f"{name}_counts": c for name, c in counts.items()}}

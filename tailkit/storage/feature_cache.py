@@ -46,7 +46,7 @@ only=True)`` views it, ``reshape(N, D)`` (``(N, H, W, 3)``) keeps the view, and
 warning, because the buffers are private decoded memory (never the mmapped file), and document
 that the tensor must not be written in place. ``FixedSizeListArray.to_numpy`` itself would copy
 (apache/arrow #35622). Sparse features come back as :class:`~tailkit.sparse.SparseRows` over the
-lists' int32 offsets and values, also without a copy, after :func:`~tailkit.sparse.check_rows`.
+lists' int32 offsets and values, also without a copy, after :func:`~tailkit.csr.check_rows`.
 """
 
 from __future__ import annotations
@@ -56,19 +56,23 @@ import warnings
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
-import torch
 
+from tailkit.csr import canonical, check_rows, is_label_sets
 from tailkit.errors import DataValidationError
-from tailkit.labels import LabelSets
-from tailkit.sparse import SparseRows, canonical, check_rows
 from tailkit.storage import parquet
 from tailkit.storage.atomic import atomic_path
+
+if TYPE_CHECKING:  # imported where features are read: the featurize stage only writes them
+    import torch
+
+    from tailkit.labels import LabelSets
+    from tailkit.sparse import SparseRows
 
 METADATA_KEY = b"tailkit"
 ROW_GROUP_SIZE = 65_536
@@ -197,7 +201,7 @@ def write_features(
     if min(x.shape[1:]) < 1:
         raise ValueError(f"{path}: x must have at least one feature column; got shape {x.shape}")
     columns, facts = {}, {}
-    if isinstance(labels, LabelSets):
+    if is_label_sets(labels):
         if len(labels) != n:
             raise ValueError(f"{path}: label has {len(labels)} rows; x has {n}")
         columns["label"] = labels.to_arrow()
@@ -297,6 +301,8 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 def _as_tensor(array: np.ndarray) -> torch.Tensor:
+    import torch
+
     with warnings.catch_warnings():
         # Arrow buffers are immutable to NumPy; torch warns once per call. We share on purpose.
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -342,6 +348,8 @@ def _values(path: Path, name: str, array: pa.Array) -> np.ndarray:
 
 
 def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, dim: int) -> SparseRows:
+    from tailkit.sparse import SparseRows
+
     indptr = idx.offsets.to_numpy(zero_copy_only=True)
     if not np.array_equal(indptr, val.offsets.to_numpy(zero_copy_only=True)):
         raise DataValidationError(f"{path}: columns 'idx' and 'val' have different row lengths")
@@ -358,6 +366,8 @@ def _sparse(path: Path, idx: pa.ListArray, val: pa.ListArray, dim: int) -> Spars
 
 
 def _label_sets(path: Path, column: pa.ListArray, meta: dict[str, Any]) -> LabelSets:
+    from tailkit.labels import LabelSets
+
     try:
         return LabelSets.from_arrow(column, int(meta["num_classes"]))
     except (KeyError, ValueError) as exc:

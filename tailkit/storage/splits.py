@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from tailkit.csr import is_label_sets
 from tailkit.paths import require
 from tailkit.storage import parquet
 from tailkit.storage.label_table import read_label_table, write_label_table
@@ -31,9 +32,7 @@ SPLITS = ("train", "val", "test")
 
 def write_split(path: Path, rows: np.ndarray, labels: np.ndarray | LabelSets) -> None:
     """Row ids (int64) and labels: int64, or ``list<int32>`` for multi-label rows."""
-    from tailkit.labels import LabelSets
-
-    column = labels.to_arrow() if isinstance(labels, LabelSets) else pa.array(labels, pa.int64())
+    column = labels.to_arrow() if is_label_sets(labels) else pa.array(labels, pa.int64())
     table = pa.table({"row_id": pa.array(rows, pa.int64()), "label": column})
     parquet.write_table(table, path, compression="zstd")  # with page checksums
 

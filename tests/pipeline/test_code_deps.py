@@ -36,11 +36,12 @@ def _core_closure(stage_module: str) -> set[str]:
     """The closure's module files, and the files of an ``assets/`` folder beside one of them
     (the page scripts the report reads)."""
     closure = codehash.import_closure(f"tailkit.stages.{stage_module}")
-    files = {
-        "tailkit/" + name.removeprefix("tailkit.").replace(".", "/") + ".py"
-        for name in closure
-        if not name.startswith("tailkit.plugins.")
-    }
+    files = set()
+    for name in closure:
+        if not name.startswith("tailkit.plugins."):
+            base = name.replace(".", "/")
+            package = ROOT / base / "__init__.py"
+            files.add(f"{base}/__init__.py" if package.is_file() else f"{base}.py")
     folders = {(ROOT / f).parent / "assets" for f in files}
     assets = {p.relative_to(ROOT).as_posix() for d in folders if d.is_dir() for p in d.iterdir()}
     return files | assets
@@ -130,8 +131,8 @@ def test_import_closure_follows_names_not_folders(tmp_path, monkeypatch):
 
 class _Component:
     def __init__(self, factory, name="thing"):
-        self.factory, self.name = factory, name
-        self.distribution, self.version = "pkgy", "1.0"
+        self.name, self.origin = name, f"{factory.__module__}:{factory.__qualname__}"
+        self.distribution, self.version, self.requires = "pkgy", "1.0", ()
 
 
 def test_component_fingerprint_moves_with_its_own_code_only(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from tailkit.csr import check_rows
 from tailkit.errors import DataValidationError, InvalidParameterError
 from tailkit.output.optim import RowSparseAdagrad, RowSparseSGD
 from tailkit.output.output_layer import OutputLayer
@@ -23,7 +24,7 @@ from tailkit.plugins.models.sparse import SPARSE_GRAD_COLUMNS, SparseLinear, Spa
 from tailkit.plugins.samplers.tree import TreeSampler
 from tailkit.plugins.samplers.tree.pca import WhitenedPCA
 from tailkit.plugins.samplers.uniform import UniformSampler
-from tailkit.sparse import SparseRows, check_rows
+from tailkit.sparse import SparseRows
 from tailkit.storage.feature_cache import read_features, write_features
 from tailkit.training.loop import LoopConfig, train
 
