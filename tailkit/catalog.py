@@ -11,7 +11,8 @@ entry points live in (tailkit's own, for its built-ins and their base classes), 
 version and ``TAILKIT_LOAD_PLUGINS``. A later run with the same key reads the JSON instead.
 
 The cache is skipped, and the registry built, when a plugin fails to load (its warning must
-show on every run) and under ``TAILKIT_TRACE_PLUGINS=1``. :func:`tailkit.registry.get_registry`
+show on every run), when a component's code lies outside the packages the key follows (it
+could move unseen), and under ``TAILKIT_TRACE_PLUGINS=1``. :func:`tailkit.registry.get_registry`
 builds the registry from these records when they are current: a record names where its factory
 is (``reference``, "module:qualname"), which is imported when the component is built.
 """
@@ -72,23 +73,33 @@ def catalog_key() -> str:
 
     points = sorted((ep.name, ep.value) for ep in registry._entry_points(hookspecs.PROJECT))
     digest.update(json.dumps(points).encode())
-    for top in sorted({value.split(":")[0].split(".")[0] for _, value in points} | {"tailkit"}):
+    for top in sorted(_keyed_packages(points)):
         for path in _package_files(top):
             stat = path.stat()
             digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:32]
 
 
+def _keyed_packages(points: list[tuple[str, str]]) -> set[str]:
+    """The top-level packages whose files the key follows: tailkit's and the entry points'."""
+    return {value.split(":")[0].split(".")[0] for _, value in points} | {"tailkit"}
+
+
 def _from_registry() -> tuple[Catalog, bool]:
-    """The catalog of the process-wide registry, and whether every plugin loaded."""
+    """The catalog of the process-wide registry, and whether it may be cached: every plugin
+    loaded, and every component's code lies in a package the key follows (a plugin that
+    registers a class of another package, edited in place, would otherwise keep a stale
+    record of where that class is)."""
+    from tailkit import registry as registry_module
     from tailkit.registry import KINDS, full_registry
 
     registry = full_registry()
-    catalog = Catalog(
-        plugins=registry.report(),
-        components=[c.info() for kind in KINDS for c in registry.components(kind)],
-    )
-    return catalog, not any(r.error for r in registry.plugins.values())
+    components = [c for kind in KINDS for c in registry.components(kind)]
+    catalog = Catalog(plugins=registry.report(), components=[c.info() for c in components])
+    points = [(ep.name, ep.value) for ep in registry_module._entry_points(hookspecs.PROJECT)]
+    keyed = _keyed_packages(points)
+    followed = all(c.origin.partition(":")[0].split(".")[0] in keyed for c in components)
+    return catalog, followed and not any(r.error for r in registry.plugins.values())
 
 
 def _path() -> Path:
@@ -113,23 +124,40 @@ def load_catalog() -> Catalog:
     cached = cached_catalog()
     if cached is not None:
         return cached
+    # the key of the code before the build: a file saved while it imports gives another key,
+    # and these records are not filed under it
+    path = _path()
     catalog, clean = _from_registry()
     if clean and not os.environ.get("TAILKIT_TRACE_PLUGINS"):
-        _write(_path(), {"plugins": catalog.plugins, "components": catalog.components})
+        _write(path, {"plugins": catalog.plugins, "components": catalog.components})
     return catalog
 
 
+#: Catalogs kept beside the newest: one per environment or project copy in use (two
+#: virtual environments, a test's copy of the package), so that they do not evict each other.
+KEEP = 8
+
+
 def _write(path: Path, data: dict[str, Any]) -> None:
-    """Best effort: a read-only home only costs the next run its speed."""
+    """Best effort: a read-only home only costs the next run its speed. Written by rename, so
+    a stage reading it meanwhile sees the whole file or none; the oldest others are removed."""
     from tailkit.storage.atomic import write_json
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        for old in path.parent.glob("catalog-*.json"):
-            old.unlink(missing_ok=True)  # one catalog per machine is enough
         write_json(path, data)
+        others = [p for p in path.parent.glob("catalog-*.json") if p != path]
+        for old in sorted(others, key=_modified)[: max(len(others) - KEEP, 0)]:
+            old.unlink(missing_ok=True)
     except OSError:
         pass
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def records(catalog: Catalog, kind: str) -> dict[str, MappingProxyType[str, Any]]:

@@ -156,7 +156,9 @@ def _no_factory() -> Callable[..., Any]:
 
 def _load_factory(kind: str, name: str, reference: str | None) -> Callable[..., Any]:
     """The factory ``reference`` names, imported; the full registry's when it names none or
-    its import fails (that registry then reports the plugin as it reports any that fails)."""
+    its import fails (that registry then reports the plugin as it reports any that fails, and
+    the error names the import that failed)."""
+    failure: Exception | None = None
     if reference is not None:
         module, _, qualname = reference.partition(":")
         try:
@@ -164,9 +166,17 @@ def _load_factory(kind: str, name: str, reference: str | None) -> Callable[..., 
             for part in qualname.split("."):
                 found = getattr(found, part)
             return cast(Callable[..., Any], found)
-        except Exception:  # noqa: BLE001, S110 -- the full registry says what went wrong
-            pass
-    return full_registry().get(kind, name, f"{SINGULAR[kind]} name").factory
+        except Exception as exc:  # noqa: BLE001 -- the full registry says what went wrong
+            failure = exc
+    try:
+        return full_registry().get(kind, name, f"{SINGULAR[kind]} {name!r}").factory
+    except UnknownComponentError:
+        if failure is None:
+            raise
+        raise PluginError(
+            f"{SINGULAR[kind]} {name!r}: importing {reference} failed: "
+            f"{type(failure).__name__}: {failure}"
+        ) from failure
 
 
 def _origin(factory: Any) -> str:

@@ -35,7 +35,8 @@ class SparseRows:
 
     ``indptr`` (N + 1,) and ``indices`` (nnz,) are int32 or int64 (the cache hands over its
     int32 buffers without a copy; a gathered batch is int64, as ``embedding_bag`` prefers);
-    ``values`` (nnz,) float32. Within a row, ids are strictly increasing (:func:`~tailkit.csr.check_rows`).
+    ``values`` (nnz,) float32. Within a row, ids are strictly increasing
+    (:func:`~tailkit.csr.check_rows`).
     Treat the tensors as read-only: they may view the cache's decoded Arrow buffers.
     """
 

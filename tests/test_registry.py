@@ -274,6 +274,11 @@ def test_a_record_whose_module_fails_to_import_falls_back_to_the_full_registry()
     gone = {**real.info(), "name": "not-a-loss", "reference": None}
     with pytest.raises(UnknownComponentError, match="unknown loss 'not-a-loss'"):
         Component.from_info(gone).factory  # noqa: B018 -- the property imports
+    broken = {**gone, "reference": "no_such_module_anywhere:Gone"}
+    with pytest.raises(
+        PluginError, match="loss 'not-a-loss': importing no_such_module_anywhere:Gone failed"
+    ):
+        Component.from_info(broken).factory  # noqa: B018
 
 
 def test_the_registry_from_the_catalog_reports_what_the_full_one_does():
@@ -310,3 +315,42 @@ def test_a_stage_imports_only_the_components_it_builds(tmp_path):
     ]
     assert runs[0][0] == "True True True"  # no catalog yet: every plugin imported
     assert runs[1] == ["False False False", "True True False"]
+
+
+def _registry_of(module_name: str):
+    """A registry of one plugin whose loss class says it lives in ``module_name``."""
+
+    class Outside(Loss):
+        def forward(self, batch: FullBatch) -> torch.Tensor:
+            return batch.logits.sum()
+
+    Outside.__module__ = module_name
+    plugin = types.ModuleType("outside_plugin")
+
+    @hookimpl
+    def register_losses(register):
+        register("outside", Outside)
+
+    plugin.register_losses = register_losses
+    return make_registry(load_entrypoints=False, extra_plugins=[("outside", plugin)])
+
+
+@pytest.mark.parametrize(
+    ("module", "cached"),
+    [("tailkit.somewhere", True), ("mymod", True), ("mymod.inner", True), ("elsewhere.mod", False)],
+)
+def test_a_catalog_is_cached_only_when_its_key_follows_every_components_code(
+    monkeypatch, module, cached
+):
+    """The key follows the files of tailkit and of the entry points' packages (here one
+    plugin, the single module ``mymod``); a component defined in another package could move
+    without the key seeing it, so such a catalog is rebuilt on every run rather than kept with
+    a stale record of where the code is."""
+    from tailkit import catalog
+
+    point = importlib.metadata.EntryPoint(name="mine", value="mymod", group="tailkit")
+    monkeypatch.setattr(registry, "full_registry", lambda: _registry_of(module))
+    monkeypatch.setattr(registry, "_entry_points", lambda group: iter([point]))
+    built, clean = catalog._from_registry()
+    assert [c["origin"] for c in built.components] == [f"{module}:_registry_of.<locals>.Outside"]
+    assert clean is cached

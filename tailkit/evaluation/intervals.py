@@ -167,10 +167,6 @@ class Sums:
                 self._column_sums = self._columns.matrix.T @ self.counts_t
         return self._column_sums[index]
 
-    @property
-    def rows(self) -> np.ndarray:
-        return self.counts_t.sum(axis=0)
-
     def grouped(self, matrix: sp.csr_matrix) -> np.ndarray:
         """(groups, block): each resample's per-group sums, ``matrix`` from
         :meth:`Grouping.weighted` (computed once per block)."""

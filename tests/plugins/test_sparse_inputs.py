@@ -336,9 +336,11 @@ def test_a_featurizer_giving_bad_sparse_rows_is_named_with_the_row() -> None:
 
 
 def _registered(kind: str):
-    from tailkit.registry import get_registry
+    # the hooks' registry, not get_registry: this runs at collection, before the fixture that
+    # keeps the catalog in the session's folder, and must not write the user's cache
+    from tailkit.registry import full_registry
 
-    return get_registry().components(kind)
+    return full_registry().components(kind)
 
 
 @pytest.mark.parametrize("component", _registered("losses"), ids=lambda c: c.name)
