@@ -102,35 +102,29 @@ def _from_registry() -> tuple[Catalog, bool]:
     return catalog, followed and not any(r.error for r in registry.plugins.values())
 
 
-def _path() -> Path:
-    return cache_dir() / f"catalog-{catalog_key()}.json"
-
-
-def cached_catalog() -> Catalog | None:
-    """The cached catalog when its key matches (None when absent, unreadable, from another
-    layout, or under ``TAILKIT_TRACE_PLUGINS``, which must see every hook called)."""
+def read_or_build() -> tuple[Catalog, bool]:
+    """The catalog, and whether it was read back: from the cache when its key matches, else
+    built and (when it may be) cached. Under ``TAILKIT_TRACE_PLUGINS`` it is always built and
+    never cached: the trace must see every hook called."""
     if os.environ.get("TAILKIT_TRACE_PLUGINS"):
-        return None
+        return _from_registry()[0], False
+    # the key once, of the code before any build: a file saved while the build imports gives
+    # another key, and these records are not filed under it
+    path = cache_dir() / f"catalog-{catalog_key()}.json"
     try:
-        data = json.loads(_path().read_text())
-        return Catalog(plugins=data["plugins"], components=data["components"])
+        data = json.loads(path.read_text())
+        return Catalog(plugins=data["plugins"], components=data["components"]), True
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        pass  # absent, unreadable or from another layout: rebuild
+    catalog, clean = _from_registry()
+    if clean:
+        _write(path, {"plugins": catalog.plugins, "components": catalog.components})
+    return catalog, False
 
 
 def load_catalog() -> Catalog:
-    """The catalog, from the cache when its key matches, else built and (when every plugin
-    loaded) cached."""
-    cached = cached_catalog()
-    if cached is not None:
-        return cached
-    # the key of the code before the build: a file saved while it imports gives another key,
-    # and these records are not filed under it
-    path = _path()
-    catalog, clean = _from_registry()
-    if clean and not os.environ.get("TAILKIT_TRACE_PLUGINS"):
-        _write(path, {"plugins": catalog.plugins, "components": catalog.components})
-    return catalog
+    """The catalog, from the cache when its key matches, else built (:func:`read_or_build`)."""
+    return read_or_build()[0]
 
 
 #: Catalogs kept beside the newest: one per environment or project copy in use (two

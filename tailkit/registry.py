@@ -560,12 +560,11 @@ def get_registry() -> Registry:
     """The process-wide registry of installed plugins: from the catalog's cached records when
     they are current (a component's module is then imported when it is built), else
     :func:`full_registry`, whose records the catalog keeps for the next process."""
-    from tailkit.catalog import cached_catalog, load_catalog
+    from tailkit.catalog import read_or_build
 
-    catalog = cached_catalog()
-    if catalog is not None:
+    catalog, read_back = read_or_build()  # on a miss it builds full_registry() and keeps it
+    if read_back:
         return Registry.from_catalog(catalog.plugins, catalog.components)
-    load_catalog()  # builds the full registry and keeps its records when every plugin loaded
     return full_registry()
 
 
